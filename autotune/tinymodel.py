@@ -1,0 +1,111 @@
+"""Generate the tiny random-weight Llama used by the demo and the tests.
+
+No hub access exists on the machines this project targets, so the model and its tokenizer are
+made locally: a 4-layer Llama (3.7 M parameters, bf16) and a byte-level BPE tokenizer trained on
+generated text. Random weights are fine for performance work when requests send `ignore_eos`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+_WORDS = (
+    "the a of to and in is it you that he was for on are with as his they be at one have this "
+    "from or had by hot word but what some we can out other were all there when up use your how "
+    "said an each she which do their time if will way about many then them write would like so "
+    "these her long make thing see him two has look more day could go come did number sound no "
+    "most people my over know water than call first who may down side been now find any new work "
+    "part take get place made live where after back little only round man year came show every "
+    "good me give our under name very through just form sentence great think say help low line "
+    "differ turn cause much mean before move right boy old too same tell does set three want air "
+    "well also play small end put home read hand port large spell add even land here must big "
+    "serve token cache batch engine tensor latency throughput model kernel memory device"
+).split()
+
+
+_SYLLABLES = [c + v for c in "bcdfghklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
+
+
+def _word(rng: random.Random) -> str:
+    if rng.random() < 0.6:
+        return rng.choice(_WORDS)
+    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 3)))
+
+
+def _corpus(rng: random.Random, lines: int) -> list[str]:
+    return [
+        " ".join(_word(rng) for _ in range(rng.randint(5, 30))) + rng.choice(".?!,;:")
+        for _ in range(lines)
+    ]
+
+
+def make_tiny_model(
+    path: Path,
+    *,
+    hidden_size: int = 256,
+    layers: int = 4,
+    heads: int = 4,
+    kv_heads: int = 4,
+    vocab_size: int = 2048,
+    max_positions: int = 4096,
+    seed: int = 0,
+) -> Path:
+    """Write a random-weight Llama checkpoint and its tokenizer to `path`; return the path."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(rng, 20000), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(path))
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 4,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=hidden_size // heads,
+        max_position_embeddings=max_positions,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        tie_word_embeddings=False,
+        torch_dtype="bfloat16",
+    )
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(str(path), safe_serialization=True)
+    (path / "autotune-tiny.json").write_text(
+        json.dumps({"generator": "autotune make-tiny-model", "seed": seed}) + "\n"
+    )
+    return path
