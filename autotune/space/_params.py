@@ -1,0 +1,263 @@
+"""Search-space parameters: one pydantic model per `type`, each knowing its Optuna distribution.
+
+A parameter sets exactly one target: a vLLM option (default: the parameter's name) or an
+environment variable (`env`). Semantic checks (ranges, step grid, baseline) are returned as
+`(field, message)` issues so that the space can report them with their full path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import BaseTrial
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+
+from autotune.engine import normalize_option
+
+# The value a launcher replaces with the cores given to the trial (e.g. "0-3" or "0|1").
+CORES_PLACEHOLDER = "{cores}"
+
+ChoiceValue = str | bool | int | float | None
+StrictFloat = Annotated[float, Field(strict=True)]  # accepts ints, refuses strings
+Issue = tuple[str, str]
+
+_FLOAT_TOLERANCE = 1e-9
+
+
+def _on_grid(value: float, low: float, step: float) -> bool:
+    k = (value - low) / step
+    return math.isclose(k, round(k), rel_tol=0.0, abs_tol=_FLOAT_TOLERANCE * max(1.0, abs(k)))
+
+
+def format_value(value: Any) -> str:
+    """A short human spelling of a parameter value (YAML-like)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str) and (value == "" or " " in value):
+        return repr(value)
+    return str(value)
+
+
+class _ParamBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="Optuna parameter name; unique in the space")
+    option: str | None = Field(
+        default=None, description="vLLM option this parameter sets (default: its name)"
+    )
+    env: str | None = Field(
+        default=None, description="Environment variable this parameter sets instead of an option"
+    )
+    scale: StrictInt | None = Field(
+        default=None, ge=1, description="Option value = parameter value * scale (int only)"
+    )
+    description: str | None = Field(default=None, description="What the parameter controls")
+
+    @field_validator("option")
+    @classmethod
+    def _normalize_option(cls, value: str | None) -> str | None:
+        return normalize_option(value) if value is not None else None
+
+    @property
+    def target_option(self) -> str | None:
+        """The vLLM option this parameter sets, or None if it sets an env var (or a variant)."""
+        if self.env is not None:
+            return None
+        return self.option or normalize_option(self.name)
+
+    def issues(self) -> list[Issue]:
+        """Semantic problems as `(field, message)`; empty when the parameter is valid."""
+        found: list[Issue] = []
+        if self.option is not None and self.env is not None:
+            found.append(("env", "set either `option` or `env`, not both"))
+        if self.scale is not None and not isinstance(self, IntParam):
+            found.append(("scale", "only int parameters take a scale"))
+        found.extend(self._range_issues())
+        if not found and not self.contains(self.baseline_value()):
+            found.append(("baseline", self._baseline_message()))
+        return found
+
+    def contains(self, value: Any) -> bool:
+        """Whether `value` is a valid value of this parameter."""
+        dist = self.distribution()
+        try:
+            return bool(dist._contains(dist.to_internal_repr(value)))
+        except (ValueError, TypeError):
+            return False
+
+    def engine_value(self, value: Any) -> Any:
+        """The value passed to the engine: the parameter value times `scale`."""
+        if self.scale is not None and value is not None:
+            return value * self.scale
+        return value
+
+    def baseline_value(self) -> Any:
+        return getattr(self, "baseline")  # noqa: B009 - every concrete type declares it
+
+    def distribution(self) -> BaseDistribution:
+        raise NotImplementedError
+
+    def suggest(self, trial: BaseTrial) -> Any:
+        raise NotImplementedError
+
+    def _range_issues(self) -> list[Issue]:
+        return []
+
+    def _baseline_message(self) -> str:
+        return f"not a valid value (got {format_value(self.baseline_value())})"
+
+
+class IntParam(_ParamBase):
+    """An integer range, optionally log-scaled or on a step grid."""
+
+    type: Literal["int"] = "int"
+    low: StrictInt = Field(description="Smallest value (inclusive)")
+    high: StrictInt = Field(description="Largest value (inclusive)")
+    step: StrictInt = Field(default=1, ge=1, description="Grid step from `low`")
+    log: StrictBool = Field(default=False, description="Sample on a log scale")
+    baseline: StrictInt = Field(description="Value of trial 0")
+
+    def distribution(self) -> BaseDistribution:
+        return IntDistribution(self.low, self.high, log=self.log, step=self.step)
+
+    def suggest(self, trial: BaseTrial) -> Any:
+        return trial.suggest_int(self.name, self.low, self.high, step=self.step, log=self.log)
+
+    def _range_issues(self) -> list[Issue]:
+        if self.low > self.high:
+            return [("low", f"must be <= high (got {self.low} > {self.high})")]
+        if self.log and self.step != 1:
+            return [("log", "log and step > 1 cannot be combined")]
+        if self.log and self.low < 1:
+            return [("low", f"must be >= 1 with log (got {self.low})")]
+        if (self.high - self.low) % self.step:
+            return [
+                (
+                    "high",
+                    f"must be low + k*step (got {self.high}; low {self.low}, step {self.step})",
+                )
+            ]
+        return []
+
+    def _baseline_message(self) -> str:
+        b = self.baseline
+        if not self.low <= b <= self.high:
+            return f"must be within [{self.low}, {self.high}] (got {b})"
+        return f"must be on the step grid low + k*step (got {b}; low {self.low}, step {self.step})"
+
+
+class FloatParam(_ParamBase):
+    """A real range, optionally log-scaled or on a step grid."""
+
+    type: Literal["float"] = "float"
+    low: StrictFloat = Field(description="Smallest value (inclusive)")
+    high: StrictFloat = Field(description="Largest value (inclusive)")
+    step: StrictFloat | None = Field(default=None, gt=0, description="Grid step from `low`")
+    log: StrictBool = Field(default=False, description="Sample on a log scale")
+    baseline: StrictFloat = Field(description="Value of trial 0")
+
+    def distribution(self) -> BaseDistribution:
+        return FloatDistribution(self.low, self.high, log=self.log, step=self.step)
+
+    def suggest(self, trial: BaseTrial) -> Any:
+        return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
+
+    def contains(self, value: Any) -> bool:
+        # Optuna's own check is exact; a YAML 0.9 on a 0.01 grid from 0.8 needs a tolerance.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if not self.low <= value <= self.high:
+            return False
+        return self.step is None or _on_grid(value, self.low, self.step)
+
+    def _range_issues(self) -> list[Issue]:
+        if self.low > self.high:
+            return [("low", f"must be <= high (got {self.low:g} > {self.high:g})")]
+        if self.log and self.step is not None:
+            return [("log", "log and step cannot be combined")]
+        if self.log and self.low <= 0:
+            return [("low", f"must be > 0 with log (got {self.low:g})")]
+        if self.step is not None and not _on_grid(self.high, self.low, self.step):
+            return [
+                (
+                    "high",
+                    f"must be low + k*step (got {self.high:g}; low {self.low:g}, "
+                    f"step {self.step:g})",
+                )
+            ]
+        return []
+
+    def _baseline_message(self) -> str:
+        b = self.baseline
+        if not self.low <= b <= self.high:
+            return f"must be within [{self.low:g}, {self.high:g}] (got {b:g})"
+        return f"must be on the step grid low + k*step (got {b:g}; step {self.step:g})"
+
+
+class CategoricalParam(_ParamBase):
+    """One of a list of values; `null` means the option is not passed (an env var not set)."""
+
+    type: Literal["categorical"] = "categorical"
+    choices: list[ChoiceValue] = Field(min_length=1, description="The values to choose from")
+    baseline: ChoiceValue = Field(description="Value of trial 0; one of the choices")
+    variants: StrictBool = Field(
+        default=False, description="Choices name entries of the file's `variants` mapping"
+    )
+
+    @property
+    def target_option(self) -> str | None:
+        return None if self.variants else super().target_option
+
+    def distribution(self) -> BaseDistribution:
+        return CategoricalDistribution(self.choices)
+
+    def suggest(self, trial: BaseTrial) -> Any:
+        return trial.suggest_categorical(self.name, self.choices)
+
+    def contains(self, value: Any) -> bool:
+        # Strict on type: 1, 1.0 and True are equal in Python but different engine values.
+        return any(type(c) is type(value) and c == value for c in self.choices)
+
+    def _range_issues(self) -> list[Issue]:
+        for i, choice in enumerate(self.choices):
+            if any(c == choice for c in self.choices[:i]):
+                return [(f"choices[{i}]", f"duplicate choice {format_value(choice)}")]
+        if self.variants and (self.option is not None or self.env is not None):
+            return [("variants", "a variants parameter sets no `option` or `env`")]
+        if self.variants and not all(isinstance(c, str) for c in self.choices):
+            return [("choices", "variant choices must be names (strings)")]
+        return []
+
+    def _baseline_message(self) -> str:
+        shown = ", ".join(format_value(c) for c in self.choices)
+        return f"must be one of the choices [{shown}] (got {format_value(self.baseline)})"
+
+
+class BoolParam(_ParamBase):
+    """A switch: `false` or `true` (for env vars: "0" or "1")."""
+
+    type: Literal["bool"] = "bool"
+    baseline: StrictBool = Field(description="Value of trial 0")
+
+    def distribution(self) -> BaseDistribution:
+        return CategoricalDistribution([False, True])
+
+    def suggest(self, trial: BaseTrial) -> Any:
+        return trial.suggest_categorical(self.name, [False, True])
+
+
+Parameter = Annotated[
+    IntParam | FloatParam | CategoricalParam | BoolParam, Field(discriminator="type")
+]
+PARAMETER_TYPES = ("int", "float", "categorical", "bool")

@@ -1,0 +1,286 @@
+"""The search space: a validated file turned into Optuna distributions and engine configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from optuna.distributions import BaseDistribution
+from optuna.trial import BaseTrial
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
+
+from autotune.engine import is_known_option, normalize_option, suggest_option
+from autotune.space._errors import SpaceError
+from autotune.space._params import CategoricalParam, Issue, Parameter, format_value
+
+Platform = Literal["cpu", "cuda", "ascend", "any"]
+
+
+def env_string(value: Any) -> str | None:
+    """The environment spelling of a value; None for "do not set" (null or "")."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _normalized_keys(mapping: dict[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = normalize_option(key)
+        if name in out:
+            raise ValueError(f"{where}.{key}: option '{name}' is given twice")
+        out[name] = value
+    return out
+
+
+class SearchSpace(BaseModel):
+    """A vLLM search space: fixed options, fixed env vars and the tuned parameters.
+
+    Build it with `load_space`; a directly constructed one is validated the same way.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="Short name (defaults to the file's stem)")
+    description: str | None = Field(default=None, description="One line for humans")
+    platform: Platform = Field(default="any", description="Where the space applies")
+    allow_unknown_options: StrictBool = Field(
+        default=False, description="Accept option names that vLLM 0.32 does not know"
+    )
+    fixed: dict[str, Any] = Field(default_factory=dict, description="Options always passed")
+    env: dict[str, str] = Field(default_factory=dict, description="Env vars always set")
+    variants: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Named option overrides chosen by a variants parameter"
+    )
+    parameters: list[Parameter] = Field(min_length=1, description="The tuned parameters")
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @field_validator("fixed")
+    @classmethod
+    def _normalize_fixed(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _normalized_keys(value, "fixed")
+
+    @field_validator("variants")
+    @classmethod
+    def _normalize_variants(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {k: _normalized_keys(v, f"variants.{k}") for k, v in value.items()}
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return {
+            k: env_string(v) if isinstance(v, bool | int | float) else v for k, v in value.items()
+        }
+
+    @model_validator(mode="after")
+    def _check(self) -> SearchSpace:
+        issues = [issue for check in _SPACE_CHECKS for issue in check(self)]
+        if issues:
+            path, message = issues[0]
+            more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
+            raise ValueError(f"{path}: {message}{more}")
+        return self
+
+    @property
+    def source(self) -> Path | None:
+        """The file the space was loaded from, if any."""
+        return self._source
+
+    @property
+    def label(self) -> str:
+        return str(self._source) if self._source is not None else self.name
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.parameters]
+
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """Optuna distributions by parameter name (bool -> Categorical([False, True]))."""
+        return {p.name: p.distribution() for p in self.parameters}
+
+    def baseline_params(self) -> dict[str, Any]:
+        """The parameters of trial 0 (enqueue them first)."""
+        return {p.name: p.baseline_value() for p in self.parameters}
+
+    def suggest(self, trial: BaseTrial) -> dict[str, Any]:
+        """Ask the trial for a value of every parameter."""
+        return {p.name: p.suggest(trial) for p in self.parameters}
+
+    def to_engine(self, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        """(vLLM options, env vars) for parameter values, `fixed` and `env` included.
+
+        Scale is applied; null values and "" env values are left out; `{cores}` stays for the
+        launcher to resolve. A variant may set `model`, which replaces the tuned model.
+        """
+        self._check_params(params)
+        options = dict(self.fixed)
+        env = dict(self.env)
+        for param in self.parameters:
+            value = params[param.name]
+            if isinstance(param, CategoricalParam) and param.variants:
+                _apply_overrides(options, self.variants[value])
+            elif param.env is not None:
+                text = env_string(param.engine_value(value))
+                if text is not None:
+                    env[param.env] = text
+            elif value is not None:
+                options[param.target_option or param.name] = param.engine_value(value)
+        return options, env
+
+    def describe(self, params: dict[str, Any]) -> str:
+        """A one-line human form: `max_num_seqs=64 kv_cache_mib=1024 ...`."""
+        order = self.names + [k for k in params if k not in self.names]
+        return " ".join(f"{k}={format_value(params[k])}" for k in order if k in params)
+
+    def _check_params(self, params: dict[str, Any]) -> None:
+        missing = [n for n in self.names if n not in params]
+        unknown = [k for k in params if k not in self.names]
+        if missing or unknown:
+            what = "missing " + ", ".join(missing) if missing else "unknown " + ", ".join(unknown)
+            raise SpaceError(f"{self.label}: params: {what}")
+        for param in self.parameters:
+            if not param.contains(params[param.name]):
+                value = format_value(params[param.name])
+                raise SpaceError(f"{self.label}: params.{param.name}: invalid value {value}")
+
+
+def _apply_overrides(options: dict[str, Any], overrides: dict[str, Any]) -> None:
+    for key, value in overrides.items():
+        if value is None:
+            options.pop(key, None)
+        else:
+            options[key] = value
+
+
+def _param_path(i: int, field: str) -> str:
+    return f"parameters[{i}].{field}"
+
+
+def _target_field(param: Parameter) -> str:
+    return "option" if param.option is not None else "name"
+
+
+def _parameter_issues(space: SearchSpace) -> list[Issue]:
+    return [
+        (_param_path(i, field), message)
+        for i, param in enumerate(space.parameters)
+        for field, message in param.issues()
+    ]
+
+
+def _duplicate_issues(space: SearchSpace) -> list[Issue]:
+    issues: list[Issue] = []
+    seen: dict[tuple[str, str], int] = {}
+    for i, p in enumerate(space.parameters):
+        keys = [("name", p.name), ("option", p.target_option), ("env", p.env)]
+        for kind, value in keys:
+            if value is None:
+                continue
+            if (kind, value) in seen:
+                field = _target_field(p) if kind == "option" else kind
+                first = seen[(kind, value)]
+                issues.append(
+                    (
+                        _param_path(i, field),
+                        f"{kind} '{value}' is already used by parameters[{first}]",
+                    )
+                )
+            seen.setdefault((kind, value), i)
+    return issues
+
+
+def _fixed_conflict_issues(space: SearchSpace) -> list[Issue]:
+    issues: list[Issue] = []
+    for i, p in enumerate(space.parameters):
+        if p.target_option is not None and p.target_option in space.fixed:
+            issues.append(
+                (
+                    _param_path(i, _target_field(p)),
+                    f"option '{p.target_option}' is both fixed and tuned",
+                )
+            )
+        if p.env is not None and p.env in space.env:
+            issues.append((_param_path(i, "env"), f"env '{p.env}' is both fixed and tuned"))
+    return issues
+
+
+def _unknown_option_issues(space: SearchSpace) -> list[Issue]:
+    if space.allow_unknown_options:
+        return []
+    named = [(f"fixed.{k}", k) for k in space.fixed]
+    named += [
+        (_param_path(i, _target_field(p)), p.target_option)
+        for i, p in enumerate(space.parameters)
+        if p.target_option is not None
+    ]
+    named += [(f"variants.{v}.{k}", k) for v, o in space.variants.items() for k in o]
+    issues: list[Issue] = []
+    for path, option in named:
+        if option is not None and not is_known_option(option):
+            hint = suggest_option(option)
+            did_you_mean = f" (did you mean '{hint}'?)" if hint else ""
+            issues.append(
+                (
+                    path,
+                    f"unknown vLLM option '{option}'{did_you_mean}; "
+                    "set allow_unknown_options: true to pass it anyway",
+                )
+            )
+    return issues
+
+
+def _variant_issues(space: SearchSpace) -> list[Issue]:
+    chooser = [
+        (i, p)
+        for i, p in enumerate(space.parameters)
+        if isinstance(p, CategoricalParam) and p.variants
+    ]
+    issues: list[Issue] = []
+    if len(chooser) > 1:
+        issues.append((_param_path(chooser[1][0], "variants"), "only one variants parameter"))
+    tuned = {p.target_option: i for i, p in enumerate(space.parameters) if p.target_option}
+    for i, p in chooser:
+        for k, choice in enumerate(p.choices):
+            if choice not in space.variants:
+                known = ", ".join(space.variants) or "none defined"
+                issues.append(
+                    (
+                        _param_path(i, f"choices[{k}]"),
+                        f"unknown variant '{choice}' (variants: {known})",
+                    )
+                )
+    for name, overrides in space.variants.items():
+        for key in overrides:
+            if key in tuned:
+                issues.append(
+                    (
+                        f"variants.{name}.{key}",
+                        f"option '{key}' is also tuned by parameters[{tuned[key]}]",
+                    )
+                )
+            elif key in space.fixed:
+                issues.append((f"variants.{name}.{key}", f"option '{key}' is also fixed"))
+    return issues
+
+
+# Data, not an if-chain: each check returns (path, message) issues for the whole space.
+_SPACE_CHECKS = (
+    _parameter_issues,
+    _duplicate_issues,
+    _fixed_conflict_issues,
+    _unknown_option_issues,
+    _variant_issues,
+)

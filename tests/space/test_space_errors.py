@@ -1,0 +1,143 @@
+"""Malformed files: one SpaceError whose one-line message names the file and the field."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from autotune.space import SpaceError, load_space
+
+WriteSpace = Callable[..., Path]
+
+INT = "{name: max_num_seqs, type: int, low: 4, high: 256, baseline: 128}"
+
+CASES = {
+    "yaml_syntax": ("parameters: [\n  - {name: a", r"line \d+, column \d+: YAML syntax error"),
+    "not_mapping": ("- a\n- b\n", "expected a mapping at the top level"),
+    "unknown_type": (
+        "parameters:\n  - {name: max_num_seqs, type: integer, low: 1, high: 2, baseline: 1}",
+        r"parameters\[0\]: unknown type 'integer'",
+    ),
+    "missing_type": (
+        "parameters:\n  - {name: max_num_seqs, low: 1, high: 2, baseline: 1}",
+        r"parameters\[0\]: `type` is required",
+    ),
+    "low_gt_high": (
+        f"parameters:\n  - {INT}\n  - {{name: block_size, type: int, low: 512, high: 256,"
+        " baseline: 256}",
+        r"parameters\[1\]\.low: must be <= high \(got 512 > 256\)",
+    ),
+    "unknown_option": (
+        "parameters:\n  - {name: max_num_seq, type: int, low: 1, high: 2, baseline: 1}",
+        r"parameters\[0\]\.name: unknown vLLM option 'max_num_seq' "
+        r"\(did you mean 'max_num_seqs'\?\)",
+    ),
+    "unknown_fixed_option": (
+        f"fixed: {{max-model-length: 1024}}\nparameters:\n  - {INT}",
+        r"fixed\.max_model_length: unknown vLLM option",
+    ),
+    "baseline_off_grid": (
+        "parameters:\n  - {name: block_size, type: int, low: 32, high: 256, step: 32,"
+        " baseline: 100}",
+        r"parameters\[0\]\.baseline: must be on the step grid",
+    ),
+    "baseline_out_of_range": (
+        "parameters:\n  - {name: max_num_seqs, type: int, low: 4, high: 8, baseline: 128}",
+        r"parameters\[0\]\.baseline: must be within \[4, 8\] \(got 128\)",
+    ),
+    "baseline_not_a_choice": (
+        "parameters:\n  - {name: kv_cache_dtype, type: categorical, choices: [auto, fp8],"
+        " baseline: fp16}",
+        r"parameters\[0\]\.baseline: must be one of the choices \[auto, fp8\] \(got fp16\)",
+    ),
+    "missing_baseline": (
+        "parameters:\n  - {name: enforce_eager, type: bool}",
+        r"parameters\[0\]\.baseline: required field missing",
+    ),
+    "unknown_field": (
+        f"parameters:\n  - {INT}\n  - {{name: enforce_eager, type: bool, baseline: true,"
+        " default: true}",
+        r"parameters\[1\]\.default: unknown field",
+    ),
+    "wrong_value_type": (
+        "parameters:\n  - {name: max_num_seqs, type: int, low: four, high: 8, baseline: 8}",
+        r"parameters\[0\]\.low: Input should be a valid integer",
+    ),
+    "duplicate_name": (
+        f"parameters:\n  - {INT}\n  - {INT}",
+        r"parameters\[1\]\.name: name 'max_num_seqs' is already used by parameters\[0\]",
+    ),
+    "fixed_and_tuned": (
+        f"fixed: {{max-num-seqs: 8}}\nparameters:\n  - {INT}",
+        r"parameters\[0\]\.name: option 'max_num_seqs' is both fixed and tuned",
+    ),
+    "same_option_twice": (
+        f"parameters:\n  - {INT}\n  - {{name: seqs, option: max_num_seqs, type: int, low: 1,"
+        " high: 2, baseline: 1}",
+        r"parameters\[1\]\.option: option 'max_num_seqs' is already used by parameters\[0\]",
+    ),
+    "scale_on_float": (
+        "parameters:\n  - {name: gpu_memory_utilization, type: float, low: 0.5, high: 0.9,"
+        " scale: 2, baseline: 0.9}",
+        r"parameters\[0\]\.scale: only int parameters take a scale",
+    ),
+    "log_and_step": (
+        "parameters:\n  - {name: block_size, type: int, low: 32, high: 256, step: 32,"
+        " log: true, baseline: 128}",
+        r"parameters\[0\]\.log: log and step > 1 cannot be combined",
+    ),
+    "option_and_env": (
+        "parameters:\n  - {name: x, option: block_size, env: X, type: bool, baseline: true}",
+        r"parameters\[0\]\.env: set either `option` or `env`, not both",
+    ),
+    "unknown_variant": (
+        "variants: {a: {}}\nparameters:\n  - {name: v, type: categorical, variants: true,"
+        " choices: [a, b], baseline: a}",
+        r"parameters\[0\]\.choices\[1\]: unknown variant 'b' \(variants: a\)",
+    ),
+    "variant_overrides_tuned": (
+        f"variants: {{a: {{max_num_seqs: 4}}}}\nparameters:\n  - {INT}\n"
+        "  - {name: v, type: categorical, variants: true, choices: [a], baseline: a}",
+        r"variants\.a\.max_num_seqs: option 'max_num_seqs' is also tuned by parameters\[0\]",
+    ),
+    "bad_platform": (
+        f"platform: tpu\nparameters:\n  - {INT}",
+        r"platform: Input should be 'cpu', 'cuda', 'ascend' or 'any'",
+    ),
+    "no_parameters": ("name: x\n", r"parameters: required field missing"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_malformed_file(case: str, write_space: WriteSpace) -> None:
+    text, pattern = CASES[case]
+    path = write_space(text, f"{case}.yaml")
+    with pytest.raises(SpaceError) as info:
+        load_space(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: "), message
+    assert "\n" not in message
+    assert re.search(pattern, message), message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(SpaceError, match=rf"^{path}: file not found$"):
+        load_space(path)
+
+
+def test_unknown_shipped_name() -> None:
+    with pytest.raises(SpaceError, match=r"^no-such-space: no such file or shipped .*cpu"):
+        load_space("no-such-space")
+
+
+def test_several_problems_are_counted(write_space: WriteSpace) -> None:
+    text = "parameters:\n  - {name: a_b, type: int, low: 9, high: 1, baseline: 1}"
+    with pytest.raises(SpaceError) as info:
+        load_space(write_space(text))
+    message = str(info.value)
+    assert "parameters[0].low: must be <= high" in message
+    assert message.endswith("(and 1 more)")

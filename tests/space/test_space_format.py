@@ -1,0 +1,108 @@
+"""Features of the file format, on small spaces written for the test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from autotune.space import SpaceError, load_space
+
+WriteSpace = Callable[..., Path]
+
+BASE = """
+name: t
+platform: cpu
+fixed:
+  max-model-len: 1024
+  --enforce-eager: true
+env:
+  VLLM_CPU_SGL_KERNEL: 0
+parameters:
+  - name: max-num-seqs
+    type: int
+    low: 4
+    high: 256
+    log: true
+    baseline: 128
+  - name: use_sgl
+    type: bool
+    env: VLLM_CPU_MOE_PREPACK
+    baseline: true
+  - name: util
+    type: float
+    option: gpu_memory_utilization
+    low: 0.5
+    high: 0.9
+    step: 0.1
+    baseline: 0.7
+  - name: dtype
+    type: categorical
+    option: kv-cache-dtype
+    choices: [null, fp8]
+    baseline: null
+"""
+
+
+def test_dash_names_normalized_and_env_strings(write_space: WriteSpace) -> None:
+    space = load_space(write_space(BASE))
+    assert space.fixed == {"max_model_len": 1024, "enforce_eager": True}
+    assert space.env == {"VLLM_CPU_SGL_KERNEL": "0"}
+    params = {"max-num-seqs": 8, "use_sgl": False, "util": 0.8, "dtype": None}
+    options, env = space.to_engine(params)
+    assert options == {
+        "max_model_len": 1024,
+        "enforce_eager": True,
+        "max_num_seqs": 8,
+        "gpu_memory_utilization": 0.8,
+    }
+    assert env == {"VLLM_CPU_SGL_KERNEL": "0", "VLLM_CPU_MOE_PREPACK": "0"}
+    assert space.to_engine(params | {"use_sgl": True})[1]["VLLM_CPU_MOE_PREPACK"] == "1"
+
+
+def test_float_baseline_on_step_grid_with_rounding(write_space: WriteSpace) -> None:
+    # 0.7 is not exactly 0.5 + 2 * 0.1 in binary; the grid check tolerates that.
+    assert load_space(write_space(BASE)).baseline_params()["util"] == 0.7
+
+
+def test_to_engine_rejects_missing_unknown_and_invalid_params(write_space: WriteSpace) -> None:
+    space = load_space(write_space(BASE))
+    params = space.baseline_params()
+    with pytest.raises(SpaceError, match="missing use_sgl"):
+        space.to_engine({k: v for k, v in params.items() if k != "use_sgl"})
+    with pytest.raises(SpaceError, match="unknown extra"):
+        space.to_engine(params | {"extra": 1})
+    with pytest.raises(SpaceError, match=r"params\.max-num-seqs: invalid value 512"):
+        space.to_engine(params | {"max-num-seqs": 512})
+
+
+def test_describe_is_one_line(write_space: WriteSpace) -> None:
+    space = load_space(write_space(BASE))
+    text = space.describe(space.baseline_params())
+    assert text == "max-num-seqs=128 use_sgl=true util=0.7 dtype=null"
+
+
+def test_allow_unknown_options(write_space: WriteSpace) -> None:
+    text = """
+allow_unknown_options: true
+fixed: {my_plugin_option: 3}
+parameters:
+  - {name: not_an_option, type: int, low: 1, high: 2, baseline: 1}
+"""
+    space = load_space(write_space(text, "plugin.yaml"))
+    assert space.name == "plugin"
+    assert space.to_engine({"not_an_option": 2})[0] == {"my_plugin_option": 3, "not_an_option": 2}
+
+
+def test_variants_override_and_remove_options(write_space: WriteSpace) -> None:
+    text = """
+variants:
+  base: {}
+  q: {model: /m/q, quantization: awq}
+parameters:
+  - {name: ckpt, type: categorical, variants: true, choices: [base, q], baseline: base}
+"""
+    space = load_space(write_space(text))
+    assert space.to_engine({"ckpt": "base"}) == ({}, {})
+    assert space.to_engine({"ckpt": "q"})[0] == {"model": "/m/q", "quantization": "awq"}
