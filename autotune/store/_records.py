@@ -1,0 +1,106 @@
+"""What is recorded per trial and per study, and how it is read back.
+
+Results live in the Optuna storage itself (trial and study user attributes), so that every
+backend Optuna supports (SQLite, PostgreSQL) holds the measured results beside the search
+state, and `show`, `export` and the dashboard work from any machine that reaches it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from pydantic import BaseModel, Field
+
+# Trial user-attribute keys: one place spells them.
+STATUS = "status"
+REASON = "reason"
+ROLE = "role"
+CONFIG = "config"
+ENV = "env"
+METRICS = "metrics"
+ENGINE = "engine"
+DEVICE_S = "device_s"
+TRIAL_DIR = "trial_dir"
+LOG_TAIL = "log_tail"
+DESCRIPTION = "description"
+
+STATUS_OK = "ok"
+ROLE_BASELINE = "baseline"
+
+
+class TrialRecord(BaseModel):
+    """One trial as the user sees it: config, outcome, measurements."""
+
+    number: int
+    state: str
+    status: str
+    reason: str = ""
+    role: str = ""
+    description: str = ""
+    params: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    engine: dict[str, Any] = Field(default_factory=dict)
+    values: list[float] | None = None
+    constraints: dict[str, float] = Field(default_factory=dict)
+    device_s: float | None = None
+    trial_dir: str | None = None
+    log_tail: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return self.status == STATUS_OK and bool(self.metrics)
+
+    @property
+    def feasible(self) -> bool:
+        """Measured, and every constraint (SLOs, error rate) is <= 0."""
+        return self.measured and all(c <= 0 for c in self.constraints.values())
+
+    def metric(self, name: str) -> float:
+        return float(self.metrics.get(name, math.nan))
+
+    @classmethod
+    def from_frozen(cls, trial: FrozenTrial) -> TrialRecord:
+        attrs = trial.user_attrs
+        status = attrs.get(STATUS) or _status_from_state(trial.state)
+        return cls(
+            number=trial.number,
+            state=trial.state.name.lower(),
+            status=status,
+            reason=attrs.get(REASON, ""),
+            role=attrs.get(ROLE, ""),
+            description=attrs.get(DESCRIPTION, ""),
+            params=dict(trial.params),
+            config=attrs.get(CONFIG, {}),
+            env=attrs.get(ENV, {}),
+            metrics=attrs.get(METRICS, {}),
+            engine=attrs.get(ENGINE, {}),
+            values=list(trial.values) if trial.values is not None else None,
+            constraints=dict(trial.constraints),
+            device_s=attrs.get(DEVICE_S),
+            trial_dir=attrs.get(TRIAL_DIR),
+            log_tail=attrs.get(LOG_TAIL, ""),
+        )
+
+
+def _status_from_state(state: TrialState) -> str:
+    return {TrialState.RUNNING: "running", TrialState.WAITING: "queued"}.get(
+        state, state.name.lower()
+    )
+
+
+class StudyInfo(BaseModel):
+    """A study as listed: name, what it tunes, how far it got."""
+
+    name: str
+    attrs: dict[str, Any] = Field(default_factory=dict)
+    directions: list[str] = Field(default_factory=list)
+    n_trials: int = 0
+
+
+def study_records(study: optuna.Study) -> list[TrialRecord]:
+    return [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]

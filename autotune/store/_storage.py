@@ -1,0 +1,124 @@
+"""The study store: Optuna's storage behind one small repository with one error type."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import optuna
+import sqlalchemy.exc
+from optuna.storages import BaseStorage, RDBStorage
+
+from autotune.store._records import StudyInfo, TrialRecord, study_records
+
+logger = logging.getLogger(__name__)
+
+Direction = Literal["maximize", "minimize"]
+
+
+class StorageError(Exception):
+    """The store cannot be opened or read; the message is one line for the user."""
+
+
+@contextmanager
+def storage_errors(url: str) -> Iterator[None]:
+    """Turn database errors into one StorageError (what, where) at one place."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except ImportError as exc:
+        raise StorageError(f"storage {redact(url)}: no database driver for it ({exc})") from exc
+    except (
+        sqlalchemy.exc.SQLAlchemyError,
+        optuna.exceptions.OptunaError,
+        OSError,
+        ValueError,
+        RuntimeError,
+    ) as exc:
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        first = detail[0] if detail else type(exc).__name__
+        raise StorageError(f"storage {redact(url)}: {first}") from exc
+
+
+def redact(url: str) -> str:
+    """The URL without its password."""
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except (sqlalchemy.exc.ArgumentError, ValueError):
+        return url
+
+
+class StudyStore:
+    """Studies and their trials in one Optuna storage (SQLite file, PostgreSQL, ...)."""
+
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        """Open the storage at `url`; with `create=False` a missing SQLite file is an error
+        (reading commands never leave an empty database behind)."""
+        self.url = url
+        if url.startswith("sqlite:///"):
+            path = Path(url.removeprefix("sqlite:///"))
+            if not create and not path.is_file():
+                raise StorageError(f"no study database at {path}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with storage_errors(url):
+            self.storage: BaseStorage = RDBStorage(url, skip_compatibility_check=False)
+
+    def create_or_load(
+        self, name: str, directions: Sequence[str], sampler: optuna.samplers.BaseSampler
+    ) -> tuple[optuna.Study, bool]:
+        """The study `name`, created with `directions` if new. Returns (study, created)."""
+        with storage_errors(self.url):
+            existing = {s.study_name for s in self.storage.get_all_studies()}
+            created = name not in existing
+            study = optuna.create_study(
+                storage=self.storage,
+                study_name=name,
+                directions=[cast(Direction, d) for d in directions],
+                sampler=sampler,
+                load_if_exists=True,
+            )
+        if list(study.directions) and [d.name.lower() for d in study.directions] != list(
+            directions
+        ):
+            have = ", ".join(d.name.lower() for d in study.directions)
+            raise StorageError(
+                f"study {name!r} exists with objectives ({have}); "
+                f"it cannot be continued with ({', '.join(directions)})"
+            )
+        return study, created
+
+    def load(self, name: str) -> optuna.Study:
+        with storage_errors(self.url):
+            names = [s.study_name for s in self.storage.get_all_studies()]
+            if name not in names:
+                known = ", ".join(sorted(names)) or "none"
+                raise StorageError(f"no study named {name!r} in {redact(self.url)} (has: {known})")
+            return optuna.load_study(study_name=name, storage=self.storage)
+
+    def studies(self) -> list[StudyInfo]:
+        with storage_errors(self.url):
+            return [
+                StudyInfo(
+                    name=s.study_name,
+                    attrs=dict(s.user_attrs),
+                    directions=[d.name.lower() for d in s.directions],
+                    n_trials=self.storage.get_n_trials(
+                        self.storage.get_study_id_from_name(s.study_name)
+                    ),
+                )
+                for s in self.storage.get_all_studies()
+            ]
+
+    def trials(self, name: str) -> list[TrialRecord]:
+        study = self.load(name)
+        with storage_errors(self.url):
+            return study_records(study)
+
+    def study_attrs(self, name: str) -> dict[str, Any]:
+        study = self.load(name)
+        with storage_errors(self.url):
+            return dict(study.user_attrs)

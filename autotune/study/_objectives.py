@@ -1,0 +1,49 @@
+"""Objective values and constraints of a trial, for Optuna.
+
+A failed trial is told to Optuna as COMPLETE with worst-case values and violated constraints,
+never as FAILED: samplers ignore failed trials and would keep proposing the same region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from autotune.bench import Summary
+from autotune.spec import Objective
+
+# Worst-case values for trials that produced no measurement (finite, so that every sampler and
+# plot can use them). Throughputs are >= 0 and latencies are in ms: both bounds are far outside.
+WORST_MAXIMIZE = 0.0
+WORST_MINIMIZE = 1e9
+
+FAILED = "failed"
+ERROR_RATE = "error_rate"
+
+
+def objective_values(objectives: Sequence[Objective], summary: Summary | None) -> list[float]:
+    if summary is None:
+        return [WORST_MAXIMIZE if o.direction == "maximize" else WORST_MINIMIZE for o in objectives]
+    return [_finite(summary.metric(o.metric), o.direction) for o in objectives]
+
+
+def _finite(value: float, direction: str) -> float:
+    if value != value or value in (float("inf"), float("-inf")):
+        return WORST_MAXIMIZE if direction == "maximize" else WORST_MINIMIZE
+    return value
+
+
+def constraint_values(
+    summary: Summary | None, slos: Mapping[str, float], max_error_rate: float
+) -> dict[str, float]:
+    """Constraint name -> value (<= 0 feasible). Every trial gets the same names.
+
+    SLO constraints are relative (`measured / bound - 1`), so that violations of different
+    units can be compared and summed by the samplers.
+    """
+    if summary is None:
+        return {FAILED: 1.0, ERROR_RATE: 1.0, **{name: 1.0 for name in slos}}
+    values = {FAILED: 0.0, ERROR_RATE: summary.metric("error_rate") - max_error_rate}
+    for name, bound in slos.items():
+        measured = summary.metric(name)
+        values[name] = 1.0 if measured != measured else measured / bound - 1.0 if bound else 0.0
+    return values

@@ -1,0 +1,248 @@
+"""The tuning loop: ask Optuna for a config, check it, measure it, record it, repeat.
+
+Lifecycle of a trial: proposed -> checked (constraints; an impossible config is never
+started) -> launched -> measured -> recorded. Failures are recorded with their kind and the
+study goes on, except when the baseline fails: then the host or the model is at fault.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import Trial, TrialState
+
+from autotune import store as keys
+from autotune.engine import EngineConfig, FailureKind, resolve_env, to_yaml_dict
+from autotune.host import describe_host
+from autotune.space import ModelInfo, SearchSpace, check_constraints
+from autotune.spec import TuneSpec
+from autotune.store import StudyStore
+from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
+from autotune.study._measure import Measure, Measurement
+from autotune.study._objectives import constraint_values, objective_values
+
+logger = logging.getLogger(__name__)
+
+SKIP_LIMIT_FACTOR = 10  # proposals that are skipped (invalid, duplicate) per trial of budget
+
+
+class StudyError(Exception):
+    """The study cannot go on; the message says why, for the user."""
+
+
+@dataclass
+class StudyResult:
+    name: str
+    measured: int = 0
+    failed: int = 0
+    skipped: int = 0
+    device_s: float = 0.0
+    exhausted: bool = False
+    trial_numbers: list[int] = field(default_factory=list)
+
+
+def make_sampler(spec: TuneSpec) -> optuna.samplers.BaseSampler:
+    if spec.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=spec.seed)
+    if spec.sampler == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=spec.seed)
+    return optuna.samplers.TPESampler(
+        seed=spec.seed, multivariate=True, constant_liar=True, n_startup_trials=4
+    )
+
+
+class StudyRunner:
+    """Runs one study to its budget. `measure` does the device work of one trial."""
+
+    def __init__(
+        self,
+        spec: TuneSpec,
+        space: SearchSpace,
+        store: StudyStore,
+        measure: Measure,
+        on_event: Callable[[Event], None] = lambda event: None,
+    ) -> None:
+        self.spec = spec
+        self.space = space
+        self.store = store
+        self.measure = measure
+        self.emit = on_event
+        self.model_info = ModelInfo.from_path(spec.model)
+        self.directions = [o.direction for o in spec.objectives]
+
+    def run(self) -> StudyResult:
+        study, created = self.store.create_or_load(
+            self.spec.study, self.directions, make_sampler(self.spec)
+        )
+        if created:
+            self._initialize(study)
+        self._requeue_interrupted(study)
+        result = StudyResult(name=self.spec.study)
+        done = self._measured_count(study)
+        skips_left = SKIP_LIMIT_FACTOR * self.spec.trials
+        while done < self.spec.trials:
+            if skips_left <= 0:
+                result.exhausted = True
+                break
+            outcome = self._one_trial(study, done)
+            if outcome is None:
+                result.skipped += 1
+                skips_left -= 1
+                continue
+            number, measurement = outcome
+            done += 1
+            result.trial_numbers.append(number)
+            result.device_s += measurement.device_s
+            result.measured += measurement.ok
+            result.failed += not measurement.ok
+        return result
+
+    def _initialize(self, study: optuna.Study) -> None:
+        spec = self.spec
+        attrs: dict[str, Any] = {
+            "model": spec.model,
+            "served_model_name": spec.api_model_name,
+            "space": self.space.name,
+            "platform": self.space.platform,
+            "scenario": "online",
+            "workload": spec.workload.model_dump(mode="json"),
+            "load": spec.load.model_dump(mode="json"),
+            "slos": spec.slos,
+            "objectives": [o.model_dump() for o in spec.objectives],
+            "max_error_rate": spec.max_error_rate,
+            "host": describe_host(),
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
+        for key, value in attrs.items():
+            study.set_user_attr(key, json.loads(json.dumps(value, default=str)))
+        study.enqueue_trial(
+            self.space.baseline_params(),
+            user_attrs={keys.ROLE: keys.ROLE_BASELINE},
+            skip_if_exists=True,
+        )
+
+    def _requeue_interrupted(self, study: optuna.Study) -> None:
+        """A trial left RUNNING by a killed tuner is marked interrupted and queued again once."""
+        storage = self.store.storage
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            storage.set_trial_user_attr(trial._trial_id, keys.STATUS, str(FailureKind.INTERRUPTED))
+            study.tell(trial.number, state=TrialState.FAIL)
+            if not trial.user_attrs.get("requeued"):
+                attrs = {k: v for k, v in trial.user_attrs.items() if k == keys.ROLE}
+                study.enqueue_trial(trial.params, user_attrs={**attrs, "requeued": True})
+
+    @staticmethod
+    def _measured_count(study: optuna.Study) -> int:
+        """Trials that count against the budget: launched ones, whatever their outcome."""
+        return sum(
+            1
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get(keys.DEVICE_S) is not None
+        )
+
+    def _one_trial(self, study: optuna.Study, done: int) -> tuple[int, Measurement] | None:
+        trial = study.ask(self.space.distributions())
+        params = dict(trial.params)
+        config = self._engine_config(params)
+        description = self.space.describe(params)
+        trial.set_user_attr(keys.DESCRIPTION, description)
+        trial.set_user_attr(keys.CONFIG, to_yaml_dict(config))
+        trial.set_user_attr(keys.ENV, config.env)
+        if self._skip_reason(study, trial, config):
+            return None
+        index = done + 1
+        self.emit(TrialStarted(trial.number, index, self.spec.trials, description))
+        trial_dir = self.spec.study_dir / f"trial-{trial.number:04d}"
+        try:
+            measurement = self.measure(config, trial_dir)
+        except KeyboardInterrupt:
+            trial.set_user_attr(keys.STATUS, str(FailureKind.INTERRUPTED))
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        self._record(study, trial, measurement, trial_dir)
+        self.emit(TrialFinished(trial.number, index, self.spec.trials, measurement, study))
+        if not measurement.ok and trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
+            raise StudyError(
+                f"the baseline trial (vLLM defaults) failed: {measurement.status}: "
+                f"{measurement.reason} (log: {trial_dir / 'engine.log'}); "
+                "check the model, the host and the search space's baseline values"
+            )
+        return trial.number, measurement
+
+    def _engine_config(self, params: dict[str, Any]) -> EngineConfig:
+        options, env = self.space.to_engine(params)
+        options.update(self.spec.engine.options)
+        env.update(self.spec.engine.env)
+        return EngineConfig(
+            model=_model_ref(self.spec.model),
+            served_model_name=self.spec.api_model_name,
+            args=options,
+            env=resolve_env(env, self.spec.engine.cores),
+        )
+
+    def _skip_reason(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> bool:
+        """Record, at no device cost, a proposal that must not be launched."""
+        problems = check_constraints(
+            config.args, self.model_info, devices=1, platform=self.space.platform
+        )
+        if problems:
+            self._tell_skipped(study, trial, str(FailureKind.INVALID_CONFIG), "; ".join(problems))
+            return True
+        twin = _measured_twin(study, trial)
+        if twin is not None:
+            self._tell_skipped(study, trial, "duplicate", f"same config as trial {twin.number}")
+            return True
+        return False
+
+    def _tell_skipped(self, study: optuna.Study, trial: Trial, status: str, reason: str) -> None:
+        trial.set_user_attr(keys.STATUS, status)
+        trial.set_user_attr(keys.REASON, reason)
+        for name, value in constraint_values(None, self.spec.slos, 0.0).items():
+            trial.set_constraint(name, value)
+        study.tell(trial, objective_values(self.spec.objectives, None))
+        self.emit(TrialSkipped(trial.number, status, reason))
+
+    def _record(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
+        trial.set_user_attr(keys.STATUS, m.status)
+        trial.set_user_attr(keys.REASON, m.reason)
+        trial.set_user_attr(keys.ENGINE, m.engine)
+        trial.set_user_attr(keys.DEVICE_S, m.device_s)
+        trial.set_user_attr(keys.TRIAL_DIR, str(trial_dir))
+        if m.summary is not None:
+            trial.set_user_attr(keys.METRICS, _flat_metrics(m))
+        if m.log_tail:
+            trial.set_user_attr(keys.LOG_TAIL, m.log_tail[-4000:])
+        constraints = constraint_values(m.summary, self.spec.slos, self.spec.max_error_rate)
+        for name, value in constraints.items():
+            trial.set_constraint(name, value)
+        study.tell(trial, objective_values(self.spec.objectives, m.summary))
+
+
+def _flat_metrics(m: Measurement) -> dict[str, float]:
+    from autotune.bench import METRIC_NAMES
+
+    assert m.summary is not None
+    out = {name: m.summary.metric(name) for name in METRIC_NAMES}
+    out["completed"] = float(m.summary.completed)
+    out["duration_s"] = m.summary.duration_s
+    return {k: (v if v == v and abs(v) != float("inf") else -1.0) for k, v in out.items()}
+
+
+def _measured_twin(study: optuna.Study, trial: Trial) -> optuna.trial.FrozenTrial | None:
+    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if other.params == trial.params and other.user_attrs.get(keys.DEVICE_S) is not None:
+            return other
+    return None
+
+
+def _model_ref(model: str) -> str:
+    """A local model path made absolute (engines run in other folders); hub names as given."""
+    path = Path(model)
+    return str(path.resolve()) if path.exists() else model
