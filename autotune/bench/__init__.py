@@ -1,0 +1,39 @@
+"""Load generation and metrics: workloads, arrival schedules, the streaming client, per-request
+records and their aggregation. Metric definitions: docs/metrics.md."""
+
+from autotune.bench._client import LoadClient, OpenAICompletionsClient, StreamError, run_benchmark
+from autotune.bench._load import LoadProfile
+from autotune.bench._metrics import METRIC_NAMES, Stats, Summary, percentile, summarize
+from autotune.bench._records import RequestRecord, read_records, write_records
+from autotune.bench._requests import build_requests
+from autotune.bench._workload import (
+    JsonlWorkload,
+    RandomWorkload,
+    RequestSpec,
+    Workload,
+    WorkloadError,
+    parse_workload,
+)
+
+__all__ = [
+    "METRIC_NAMES",
+    "JsonlWorkload",
+    "LoadClient",
+    "LoadProfile",
+    "OpenAICompletionsClient",
+    "RandomWorkload",
+    "RequestRecord",
+    "RequestSpec",
+    "Stats",
+    "StreamError",
+    "Summary",
+    "Workload",
+    "WorkloadError",
+    "build_requests",
+    "parse_workload",
+    "percentile",
+    "read_records",
+    "run_benchmark",
+    "summarize",
+    "write_records",
+]

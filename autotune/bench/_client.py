@@ -1,0 +1,229 @@
+"""The load client: sends requests to an OpenAI-compatible server and times every token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import httpx
+
+from autotune.bench._load import LoadProfile
+from autotune.bench._records import RequestRecord
+from autotune.bench._workload import RequestSpec
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[Any]]
+
+
+class LoadClient(Protocol):
+    """Sends requests under a load profile and returns one record per measured request.
+
+    Contract: `warmup` requests are sent first under the same profile, awaited, and left out
+    of the result; the result holds one record per request of `requests`, in their order
+    (`record.index` is the position); a failed request becomes a record with `error` set, and
+    `run` never raises for a request's failure.
+    """
+
+    async def run(
+        self,
+        requests: Sequence[RequestSpec],
+        profile: LoadProfile,
+        *,
+        warmup: Sequence[RequestSpec] = (),
+    ) -> list[RequestRecord]: ...
+
+
+class StreamError(Exception):
+    """The server's stream broke the protocol or reported an error."""
+
+
+class _Stream:
+    """State of one SSE completion stream, fed one line at a time."""
+
+    def __init__(self) -> None:
+        self.token_times: list[float] = []
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.done = False
+
+    def feed(self, line: str, now: float) -> None:
+        line = line.strip()
+        if not line.startswith("data:"):
+            return  # blank separators, comments, `event:`/`id:` fields
+        payload = line[len("data:") :].strip()
+        if payload == "[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(payload)
+        except json.JSONDecodeError:
+            raise StreamError(f"bad SSE payload: {payload[:100]!r}") from None
+        if not isinstance(chunk, dict):
+            raise StreamError(f"bad SSE payload: {payload[:100]!r}")
+        if chunk.get("error"):
+            raise StreamError(f"server error in stream: {str(chunk['error'])[:200]}")
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise StreamError(f"bad choices in SSE payload: {payload[:100]!r}")
+        if any(_carries_token(choice) for choice in choices):
+            self.token_times.append(now)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.prompt_tokens = _count(usage.get("prompt_tokens"))
+            self.completion_tokens = _count(usage.get("completion_tokens"))
+
+    def record(
+        self, index: int, spec: RequestSpec, send_time: float, end_time: float, error: str | None
+    ) -> RequestRecord:
+        """The request's record; token counts from usage, else from the prompt and chunks."""
+        times = tuple(self.token_times)
+        prompt_tokens = self.prompt_tokens
+        if prompt_tokens is None:
+            prompt_tokens = len(spec.prompt) if isinstance(spec.prompt, list) else 0
+        output_tokens = self.completion_tokens
+        if output_tokens is None:
+            output_tokens = len(times)
+        return RequestRecord(
+            index=index,
+            send_time=send_time,
+            first_token_time=times[0] if times else None,
+            token_times=times,
+            end_time=end_time,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            error=error,
+        )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _carries_token(choice: dict[str, Any]) -> bool:
+    """Whether a streamed choice holds a generated token.
+
+    vLLM sends one chunk per decode step, and its text is empty while a token's bytes do not
+    yet form a whole UTF-8 character (the last chunk included), so every choice counts, as in
+    `vllm bench serve`, unless it lists its token ids and that list is empty.
+    """
+    token_ids = choice.get("token_ids")
+    return bool(token_ids) if isinstance(token_ids, list) else True
+
+
+class OpenAICompletionsClient:
+    """A `LoadClient` for streaming `/v1/completions` (vLLM's OpenAI server and others).
+
+    `clock` stamps send, token and end times; `transport` and `sleep` replace the network and
+    the arrival waits in tests.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        clock: Clock = time.perf_counter,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        url = base_url.rstrip("/")
+        self._base_url = url.removesuffix("/v1")
+        self._model = model
+        self._clock = clock
+        self._transport = transport
+        self._sleep = sleep
+
+    async def run(
+        self,
+        requests: Sequence[RequestSpec],
+        profile: LoadProfile,
+        *,
+        warmup: Sequence[RequestSpec] = (),
+    ) -> list[RequestRecord]:
+        timeout = httpx.Timeout(profile.request_timeout_s)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        async with httpx.AsyncClient(
+            base_url=self._base_url, timeout=timeout, limits=limits, transport=self._transport
+        ) as http:
+            if warmup:
+                warm = await self._run_all(http, warmup, profile)
+                failed = sum(not record.ok for record in warm)
+                if failed:
+                    logger.warning("%d of %d warm-up requests failed", failed, len(warm))
+            return await self._run_all(http, requests, profile)
+
+    async def _run_all(
+        self, http: httpx.AsyncClient, requests: Sequence[RequestSpec], profile: LoadProfile
+    ) -> list[RequestRecord]:
+        gate = asyncio.Semaphore(profile.concurrency) if profile.concurrency else None
+
+        async def one(index: int, spec: RequestSpec, offset: float) -> RequestRecord:
+            if offset > 0:
+                await self._sleep(offset)
+            if gate is None:
+                return await self._send(http, index, spec, profile.request_timeout_s)
+            async with gate:
+                return await self._send(http, index, spec, profile.request_timeout_s)
+
+        offsets = profile.arrival_offsets(len(requests))
+        pairs = enumerate(zip(requests, offsets, strict=True))
+        return list(await asyncio.gather(*(one(i, spec, offset) for i, (spec, offset) in pairs)))
+
+    async def _send(
+        self, http: httpx.AsyncClient, index: int, spec: RequestSpec, timeout_s: float
+    ) -> RequestRecord:
+        stream = _Stream()
+        error: str | None = None
+        send_time = self._clock()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._stream(http, spec, stream)
+        except TimeoutError:
+            error = f"timeout after {timeout_s:g} s"
+        except (httpx.HTTPError, StreamError, OSError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        end_time = self._clock()
+        if error is None and not stream.token_times:
+            error = "stream ended without tokens"
+        elif error is None and not stream.done:
+            error = "stream ended before [DONE]"
+        return stream.record(index, spec, send_time, end_time, error)
+
+    async def _stream(self, http: httpx.AsyncClient, spec: RequestSpec, stream: _Stream) -> None:
+        """The one streaming loop: POST, then feed every SSE line, stamped on arrival."""
+        body = {
+            "model": self._model,
+            "prompt": spec.prompt,
+            "max_tokens": spec.max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,
+        }
+        async with http.stream("POST", "/v1/completions", json=body) as response:
+            if response.status_code != httpx.codes.OK:
+                text = (await response.aread()).decode("utf-8", errors="replace")
+                raise StreamError(f"HTTP {response.status_code}: {text.strip()[:200]}")
+            async for line in response.aiter_lines():
+                stream.feed(line, self._clock())
+
+
+def run_benchmark(
+    base_url: str,
+    model: str,
+    warmup: Sequence[RequestSpec],
+    requests: Sequence[RequestSpec],
+    profile: LoadProfile,
+    *,
+    clock: Clock = time.perf_counter,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> list[RequestRecord]:
+    """Run warm-up then measured requests against `base_url`; one record per measured request."""
+    client = OpenAICompletionsClient(base_url, model, clock=clock, transport=transport)
+    return asyncio.run(client.run(requests, profile, warmup=warmup))

@@ -1,0 +1,152 @@
+"""Aggregation of request records into a summary: pure functions, see docs/metrics.md."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.bench._records import RequestRecord
+
+STATS = ("mean", "p50", "p90", "p99")
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
+THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "goodput")
+METRIC_NAMES: tuple[str, ...] = (
+    *THROUGHPUTS,
+    "errors",
+    "error_rate",
+    *(f"{stat}_{latency}_ms" for latency in LATENCIES for stat in STATS),
+)
+
+# The per-request value a latency SLO is checked against (seconds; None: nothing to check).
+_PER_REQUEST: dict[str, Callable[[RequestRecord], float | None]] = {
+    "ttft": lambda record: record.ttft,
+    "tpot": lambda record: record.tpot,
+    "itl": lambda record: max(record.itl, default=None),
+    "e2e": lambda record: record.e2e,
+}
+
+
+class Stats(BaseModel):
+    """Mean and percentiles of one latency, in milliseconds (all `inf` without samples)."""
+
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+
+class Summary(BaseModel):
+    """Aggregate of one benchmark run; throughputs count successful requests only."""
+
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
+
+    completed: int
+    errors: int
+    duration_s: float
+    output_throughput: float
+    total_throughput: float
+    request_throughput: float
+    goodput: float
+    ttft_ms: Stats
+    tpot_ms: Stats
+    itl_ms: Stats
+    e2e_ms: Stats
+
+    def metric(self, name: str) -> float:
+        """A metric by its flat name (see METRIC_NAMES), e.g. `p99_ttft_ms`."""
+        if name not in METRIC_NAMES:
+            raise KeyError(f"unknown metric {name!r}; known: {', '.join(METRIC_NAMES)}")
+        if name == "errors":
+            return float(self.errors)
+        if name == "error_rate":
+            total = self.completed + self.errors
+            return self.errors / total if total else 0.0
+        if name in THROUGHPUTS:
+            return float(getattr(self, name))
+        stat, latency, _ = name.split("_")
+        return float(getattr(getattr(self, f"{latency}_ms"), stat))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation, as numpy's default method."""
+    if not values:
+        return math.inf
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def stats_ms(seconds: Sequence[float]) -> Stats:
+    """Stats of latencies given in seconds, reported in milliseconds."""
+    values = [value * 1000.0 for value in seconds]
+    mean = math.fsum(values) / len(values) if values else math.inf
+    return Stats(
+        mean=mean,
+        p50=percentile(values, 50),
+        p90=percentile(values, 90),
+        p99=percentile(values, 99),
+    )
+
+
+def summarize(records: Sequence[RequestRecord], slos: Mapping[str, float] | None = None) -> Summary:
+    """Aggregate measured records (warm-up excluded by the caller).
+
+    `slos` maps metric names to upper bounds; for goodput, a request counts when its own value
+    of every latency SLO's metric (ttft, tpot, e2e, max itl) is within the bound. SLOs on
+    aggregate metrics (throughputs, error_rate) do not affect goodput.
+    """
+    bounds = _latency_bounds(slos or {})
+    good = [record for record in records if record.ok]
+    duration = _duration(records)
+    output = sum(record.output_tokens for record in good)
+    prompt = sum(record.prompt_tokens for record in good)
+    meeting = sum(_meets(record, bounds) for record in good)
+    return Summary(
+        completed=len(good),
+        errors=len(records) - len(good),
+        duration_s=duration,
+        output_throughput=_per_second(output, duration),
+        total_throughput=_per_second(prompt + output, duration),
+        request_throughput=_per_second(len(good), duration),
+        goodput=_per_second(meeting, duration),
+        ttft_ms=stats_ms([r.ttft for r in good if r.ttft is not None]),
+        tpot_ms=stats_ms([r.tpot for r in good if r.tpot is not None]),
+        itl_ms=stats_ms([gap for r in good for gap in r.itl]),
+        e2e_ms=stats_ms([r.e2e for r in good]),
+    )
+
+
+def _duration(records: Sequence[RequestRecord]) -> float:
+    if not records:
+        return 0.0
+    return max(r.end_time for r in records) - min(r.send_time for r in records)
+
+
+def _per_second(count: float, duration: float) -> float:
+    return count / duration if duration > 0 else 0.0
+
+
+def _latency_bounds(slos: Mapping[str, float]) -> dict[str, float]:
+    """{latency: bound in ms}, the tightest bound when several stats name one latency."""
+    bounds: dict[str, float] = {}
+    for name, bound in slos.items():
+        if name not in METRIC_NAMES:
+            raise KeyError(f"unknown SLO metric {name!r}; known: {', '.join(METRIC_NAMES)}")
+        parts = name.split("_")
+        if len(parts) == 3 and parts[1] in LATENCIES:
+            bounds[parts[1]] = min(bound, bounds.get(parts[1], math.inf))
+    return bounds
+
+
+def _meets(record: RequestRecord, bounds: Mapping[str, float]) -> bool:
+    for latency, bound in bounds.items():
+        value = _PER_REQUEST[latency](record)
+        if value is not None and value * 1000.0 > bound:
+            return False
+    return True

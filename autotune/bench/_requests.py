@@ -1,0 +1,93 @@
+"""Turning a workload into the concrete requests of a benchmark run, reproducibly."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from autotune.bench._dataset import read_dataset
+from autotune.bench._workload import JsonlWorkload, RandomWorkload, RequestSpec, WorkloadError
+
+# Random prompts use ids in [_FIRST_ID, vocab_size) except the special ids of config.json.
+_FIRST_ID = 0
+_SPECIAL_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def build_requests(
+    workload: RandomWorkload | JsonlWorkload, model_path: str
+) -> tuple[list[RequestSpec], list[RequestSpec]]:
+    """(warm-up requests, measured requests) of a workload; the same seed gives the same lists.
+
+    A random workload reads the vocabulary from `model_path`/config.json, so it needs a local
+    model folder; a JSONL workload ignores `model_path`.
+    """
+    if isinstance(workload, RandomWorkload):
+        return _random_requests(workload, model_path)
+    return _jsonl_requests(workload)
+
+
+def _random_requests(
+    workload: RandomWorkload, model_path: str
+) -> tuple[list[RequestSpec], list[RequestSpec]]:
+    pool = token_pool(model_path)
+    rng = random.Random(workload.seed)
+    specs = []
+    for _ in range(workload.warmup + workload.prompts):
+        n_in = _spread_length(rng, workload.input, workload.input_spread)
+        n_out = _spread_length(rng, workload.output, workload.output_spread)
+        specs.append(RequestSpec(prompt=rng.choices(pool, k=n_in), max_tokens=n_out))
+    return specs[: workload.warmup], specs[workload.warmup :]
+
+
+def _spread_length(rng: random.Random, mean: int, spread: float) -> int:
+    low = max(1, int(mean * (1.0 - spread)))
+    high = max(low, int(mean * (1.0 + spread)))
+    return rng.randint(low, high)
+
+
+def token_pool(model_path: str) -> list[int]:
+    """The token ids random prompts are drawn from: the vocabulary minus special ids."""
+    config = _read_model_config(model_path)
+    text_config = config.get("text_config") or {}
+    vocab = config.get("vocab_size", text_config.get("vocab_size"))
+    if not isinstance(vocab, int) or vocab <= _FIRST_ID:
+        raise WorkloadError(f"{model_path}/config.json has no usable 'vocab_size'")
+    special: set[int] = set()
+    for key in _SPECIAL_KEYS:
+        value = config.get(key, text_config.get(key))
+        special.update(value if isinstance(value, list) else [value] if value is not None else [])
+    pool = [token for token in range(_FIRST_ID, vocab) if token not in special]
+    if not pool:
+        raise WorkloadError(f"{model_path}/config.json leaves no ordinary token id")
+    return pool
+
+
+def _read_model_config(model_path: str) -> dict[str, Any]:
+    config_file = Path(model_path) / "config.json"
+    if not config_file.is_file():
+        raise WorkloadError(
+            f"random workload needs a local model folder with config.json to know the "
+            f"vocabulary; {model_path!r} is not one (download the model and pass its path)"
+        )
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise WorkloadError(f"cannot read {config_file}: {exc}") from None
+    if not isinstance(config, dict):
+        raise WorkloadError(f"{config_file} is not a JSON object")
+    return config
+
+
+def _jsonl_requests(workload: JsonlWorkload) -> tuple[list[RequestSpec], list[RequestSpec]]:
+    """Entries in a seeded shuffled order: measured first (cycling if `prompts` exceeds the
+    file), warm-up from the entries after them, so warm-up does not prefill measured prompts
+    into the prefix cache when the file is large enough."""
+    entries = read_dataset(workload.path, workload.output)
+    order = list(range(len(entries)))
+    random.Random(workload.seed).shuffle(order)
+    count = workload.prompts if workload.prompts is not None else len(entries)
+    measured = [entries[order[i % len(order)]] for i in range(count)]
+    warmup = [entries[order[(count + i) % len(order)]] for i in range(workload.warmup)]
+    return warmup, measured

@@ -1,0 +1,106 @@
+"""Workload descriptions (what to send) and their parsing from CLI strings or YAML dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be parsed or built; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request to send: a text prompt or a list of token ids, and its output length."""
+
+    prompt: str | list[int]
+    max_tokens: int
+
+
+class RandomWorkload(BaseModel):
+    """Random token-id prompts of (roughly) fixed input and output lengths."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["random"] = "random"
+    input: int = Field(default=256, ge=1, description="Mean prompt length in tokens")
+    output: int = Field(default=64, ge=1, description="Mean output length in tokens")
+    prompts: int = Field(default=64, ge=1, description="Number of measured requests")
+    input_spread: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="Input lengths uniform in input*(1 +- spread)"
+    )
+    output_spread: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="Output lengths uniform in output*(1 +- spread)"
+    )
+    seed: int = Field(default=0, description="Seed of this workload's private RNG")
+    warmup: int = Field(default=2, ge=0, description="Warm-up requests, sent first, not measured")
+
+
+class JsonlWorkload(BaseModel):
+    """Prompts read from a JSONL file (`prompt`/`output_tokens` lines or ShareGPT records)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["jsonl"] = "jsonl"
+    path: Path = Field(description="JSONL file, or a ShareGPT JSON file holding one list")
+    prompts: int | None = Field(
+        default=None, ge=1, description="Measured requests (default: every entry once)"
+    )
+    output: int | None = Field(
+        default=None, ge=1, description="Output tokens of every request (overrides the file)"
+    )
+    warmup: int = Field(default=2, ge=0, description="Warm-up requests, sent first, not measured")
+    seed: int = Field(default=0, description="Seed of the shuffle that orders the entries")
+
+
+Workload = Annotated[RandomWorkload | JsonlWorkload, Field(discriminator="type")]
+
+_ADAPTER: TypeAdapter[RandomWorkload | JsonlWorkload] = TypeAdapter(Workload)
+_TYPES = ("random", "jsonl")
+
+
+def parse_workload(source: str | Mapping[str, Any]) -> RandomWorkload | JsonlWorkload:
+    """A workload from its CLI form (`random:input=256,output=64`) or a dict (from YAML).
+
+    Raises WorkloadError with a one-line message naming the offending key.
+    """
+    data = _split_cli(source) if isinstance(source, str) else dict(source)
+    kind = data.get("type")
+    if kind not in _TYPES:
+        raise WorkloadError(f"unknown workload type {kind!r}; expected one of: {', '.join(_TYPES)}")
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise WorkloadError(_one_line(exc)) from None
+
+
+def _split_cli(text: str) -> dict[str, Any]:
+    """`random:input=256,output=64` -> {"type": "random", "input": "256", "output": "64"}."""
+    kind, _, rest = text.strip().partition(":")
+    data: dict[str, Any] = {"type": kind.strip()}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise WorkloadError(f"workload option {item!r} is not of the form key=value")
+        if key in data:
+            raise WorkloadError(f"workload key {key!r} given twice")
+        data[key] = value.strip()
+    return data
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first validation error as `workload key 'input': <reason>`."""
+    first = exc.errors()[0]
+    loc = [str(part) for part in first["loc"] if part not in _TYPES]
+    key = ".".join(loc) or "?"
+    if first["type"] == "extra_forbidden":
+        return f"unknown workload key {key!r}"
+    if first["type"] == "missing":
+        return f"workload key {key!r} is required"
+    return f"workload key {key!r}: {first['msg']} (got {first.get('input')!r})"

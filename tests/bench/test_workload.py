@@ -1,0 +1,146 @@
+"""Workload parsing and reproducible request building."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.bench import (
+    JsonlWorkload,
+    RandomWorkload,
+    RequestSpec,
+    WorkloadError,
+    build_requests,
+    parse_workload,
+)
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    config = {"vocab_size": 40, "bos_token_id": 0, "eos_token_id": [1, 3], "pad_token_id": None}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_parse_random_cli_form() -> None:
+    workload = parse_workload("random:input=128,output=32,prompts=10,seed=7,input_spread=0.5")
+    assert workload == RandomWorkload(input=128, output=32, prompts=10, seed=7, input_spread=0.5)
+
+
+def test_parse_defaults_and_dict_form() -> None:
+    assert parse_workload("random") == RandomWorkload()
+    workload = parse_workload({"type": "jsonl", "path": "data.jsonl", "prompts": 5})
+    assert workload == JsonlWorkload(path=Path("data.jsonl"), prompts=5)
+    assert parse_workload("jsonl:path=data.jsonl,prompts=100,output=8") == JsonlWorkload(
+        path=Path("data.jsonl"), prompts=100, output=8
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("random:inptu=3", "'inptu'"),
+        ("random:input=abc", "'input'"),
+        ("random:output=0", "'output'"),
+        ("random:input_spread=1.5", "'input_spread'"),
+        ("random:input", "'input'"),
+        ("random:seed=1,seed=2", "'seed'"),
+        ("jsonl:prompts=3", "'path'"),
+        ("jsonl:path=x,input=3", "'input'"),
+        ("sharegpt:path=x", "'sharegpt'"),
+    ],
+)
+def test_parse_errors_name_the_key(text: str, needle: str) -> None:
+    with pytest.raises(WorkloadError) as info:
+        parse_workload(text)
+    message = str(info.value)
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_random_requests_are_seeded(model_dir: Path) -> None:
+    workload = RandomWorkload(input=20, output=6, prompts=30, input_spread=0.5, warmup=3, seed=4)
+    warmup, measured = build_requests(workload, str(model_dir))
+    assert (warmup, measured) == build_requests(workload, str(model_dir))
+    assert len(warmup) == 3 and len(measured) == 30
+    other = build_requests(workload.model_copy(update={"seed": 5}), str(model_dir))
+    assert other[1] != measured
+    for spec in warmup + measured:
+        assert isinstance(spec.prompt, list)
+        assert 10 <= len(spec.prompt) <= 30
+        assert spec.max_tokens == 6
+        assert all(0 <= token < 40 and token not in (0, 1, 3) for token in spec.prompt)
+    assert len({len(spec.prompt) for spec in measured}) > 1
+
+
+def test_random_workload_needs_local_model() -> None:
+    with pytest.raises(WorkloadError, match="local model folder"):
+        build_requests(RandomWorkload(), "meta-llama/Llama-3-8B")
+
+
+def _write_lines(path: Path, items: list[object]) -> Path:
+    path.write_text("\n".join(json.dumps(item) for item in items) + "\n")
+    return path
+
+
+def test_jsonl_prompt_lines_and_sharegpt(tmp_path: Path) -> None:
+    path = _write_lines(
+        tmp_path / "data.jsonl",
+        [
+            {"prompt": "hello there", "output_tokens": 5},
+            {"prompt": "bye", "max_tokens": 7},
+            {
+                "conversations": [
+                    {"from": "human", "value": "hi?"},
+                    {"from": "gpt", "value": "a b c"},
+                ]
+            },
+            {"conversations": [{"from": "gpt", "value": "no human turn: skipped"}]},
+        ],
+    )
+    warmup, measured = build_requests(JsonlWorkload(path=path, warmup=0), "unused")
+    assert warmup == []
+    assert sorted(measured, key=lambda spec: str(spec.prompt)) == [
+        RequestSpec("bye", 7),
+        RequestSpec("hello there", 5),
+        RequestSpec("hi?", 4),  # 3 words * 4 // 3
+    ]
+    _, fixed = build_requests(JsonlWorkload(path=path, output=2, warmup=0), "unused")
+    assert {spec.max_tokens for spec in fixed} == {2}
+
+
+def test_sharegpt_json_list(tmp_path: Path) -> None:
+    data = [
+        {"conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "x"}]}
+        for i in range(4)
+    ]
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(data))
+    warmup, measured = build_requests(JsonlWorkload(path=path, prompts=3, warmup=1), "unused")
+    assert len(measured) == 3 and len(warmup) == 1
+    assert {s.prompt for s in warmup + measured} == {"q0", "q1", "q2", "q3"}  # warm-up unmeasured
+    assert all(spec.max_tokens == 1 for spec in measured)
+
+
+def test_jsonl_cycles_and_is_seeded(tmp_path: Path) -> None:
+    path = _write_lines(
+        tmp_path / "d.jsonl", [{"prompt": f"p{i}", "output_tokens": 3} for i in range(5)]
+    )
+    workload = JsonlWorkload(path=path, prompts=12, seed=3)
+    assert build_requests(workload, "x") == build_requests(workload, "x")
+    _, measured = build_requests(workload, "x")
+    assert len(measured) == 12 and measured[:5] == measured[5:10]
+
+
+def test_jsonl_errors(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="cannot read dataset"):
+        build_requests(JsonlWorkload(path=tmp_path / "missing.jsonl"), "x")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a", "output_tokens": 1}\n\n{oops\n')
+    with pytest.raises(WorkloadError, match="line 3"):
+        build_requests(JsonlWorkload(path=bad), "x")
+    bad.write_text('{"prompt": "a"}\n')
+    with pytest.raises(WorkloadError, match=r"line 1.*output_tokens"):
+        build_requests(JsonlWorkload(path=bad), "x")
