@@ -16,6 +16,7 @@ from autotune.spec import SpecError
 from autotune.store import StorageError, StudyStore
 from autotune.study import SelectionError, StudyError
 
+
 def _console(stderr: bool = False) -> Console:
     """A console that keeps tables readable when output goes to a file or CI log."""
     probe = Console(stderr=stderr)
