@@ -85,7 +85,6 @@ class TuneSpec(BaseModel):
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")
     root: Path = Field(default=Path("studies"), description="Folder for studies")
     engine: EngineSpec = Field(default_factory=EngineSpec)
-    benchmark_timeout_s: float = Field(default=1800.0, gt=0)
 
     @field_validator("slos")
     @classmethod
@@ -151,8 +150,9 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TuneSpec:
         if value is None:
             continue
         if key in ("load", "engine") and isinstance(value, dict):
+            # Field by field: `--rate` keeps the file's `load.seed` and `request_timeout_s`.
             base = data.get(key) or {}
-            value = {**base, **value} if key == "engine" else value
+            value = {**base, **{k: v for k, v in value.items() if v is not None}}
         data[key] = value
     try:
         return TuneSpec.model_validate(data)
@@ -179,4 +179,5 @@ def _first_error(exc: ValidationError, path: Path | None) -> str:
     where = ".".join(str(p) for p in err["loc"]) or "spec"
     prefix = f"{path}: " if path else ""
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{prefix}{where}: {err['msg']}{more}"
+    message = err["msg"].removeprefix("Value error, ")
+    return f"{prefix}{where}: {message}{more}"

@@ -22,6 +22,7 @@ from autotune.engine._launcher import (
     group_members,
     launch,
     resolve_env,
+    terminate_group,
 )
 from autotune.engine._options import (
     cli_flag,
@@ -61,6 +62,7 @@ __all__ = [
     "port_is_free",
     "resolve_env",
     "suggest_option",
+    "terminate_group",
     "to_argv",
     "to_yaml_dict",
     "to_yaml_text",

@@ -83,6 +83,8 @@ class StudyRunner:
         )
         if created:
             self._initialize(study)
+        else:
+            self._check_same_experiment(study)
         self._requeue_interrupted(study)
         result = StudyResult(name=self.spec.study)
         done = self._measured_count(study)
@@ -104,24 +106,40 @@ class StudyRunner:
             result.failed += not measurement.ok
         return result
 
-    def _initialize(self, study: optuna.Study) -> None:
+    def _experiment(self) -> dict[str, Any]:
+        """What makes trials comparable: a study continues only with the same values."""
         spec = self.spec
-        attrs: dict[str, Any] = {
-            "model": spec.model,
-            "served_model_name": spec.api_model_name,
+        return {
+            "model": _model_ref(spec.model),
             "space": self.space.name,
-            "platform": self.space.platform,
-            "scenario": "online",
             "workload": spec.workload.model_dump(mode="json"),
             "load": spec.load.model_dump(mode="json"),
             "slos": spec.slos,
-            "objectives": [o.model_dump() for o in spec.objectives],
             "max_error_rate": spec.max_error_rate,
+        }
+
+    def _check_same_experiment(self, study: optuna.Study) -> None:
+        stored = study.user_attrs
+        for key, value in _jsonable(self._experiment()).items():
+            if key in stored and stored[key] != value:
+                raise StudyError(
+                    f"study {self.spec.study!r} was run with {key} {stored[key]!r}, not "
+                    f"{value!r}; its trials would not be comparable: use another --study name"
+                )
+
+    def _initialize(self, study: optuna.Study) -> None:
+        spec = self.spec
+        attrs: dict[str, Any] = {
+            **self._experiment(),
+            "served_model_name": spec.api_model_name,
+            "platform": self.space.platform,
+            "scenario": "online",
+            "objectives": [o.model_dump() for o in spec.objectives],
             "host": describe_host(),
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
-        for key, value in attrs.items():
-            study.set_user_attr(key, json.loads(json.dumps(value, default=str)))
+        for key, value in _jsonable(attrs).items():
+            study.set_user_attr(key, value)
         study.enqueue_trial(
             self.space.baseline_params(),
             user_attrs={keys.ROLE: keys.ROLE_BASELINE},
@@ -223,6 +241,12 @@ class StudyRunner:
         for name, value in constraints.items():
             trial.set_constraint(name, value)
         study.tell(trial, objective_values(self.spec.objectives, m.summary))
+
+
+def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
+    """The value as it reads back from the storage (JSON types only)."""
+    result: dict[str, Any] = json.loads(json.dumps(value, default=str))
+    return result
 
 
 def _flat_metrics(m: Measurement) -> dict[str, float]:

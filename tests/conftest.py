@@ -1,0 +1,18 @@
+"""Fixtures shared across the test tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_ENGINE = REPO / "tests" / "fake_engine.py"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random-weight Llama, generated once per test run (no hub access needed)."""
+    from autotune.tinymodel import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny")

