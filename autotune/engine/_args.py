@@ -76,10 +76,11 @@ def to_argv(config: EngineConfig) -> list[str]:
 
 
 def env_file_text(env: dict[str, str]) -> str:
-    """`KEY=VALUE` lines, usable with `set -a; . FILE` and `docker --env-file`."""
+    """`KEY=VALUE` lines in shell quoting, for `set -a; . FILE; set +a` before the serve command."""
     return "".join(f"{key}={_quote(value)}\n" for key, value in sorted(env.items()))
 
 
 def _quote(value: str) -> str:
-    safe = all(ch.isalnum() or ch in "-_.,:/|=+@%" for ch in value)
+    # `|` separates per-rank binds in VLLM_CPU_OMP_THREADS_BIND but is a pipe to the shell.
+    safe = all(ch.isalnum() or ch in "-_.,:/=+@%" for ch in value)
     return value if safe and value else "'" + value.replace("'", "'\\''") + "'"

@@ -40,10 +40,14 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(FailureKind.OOM, r"can't allocate memory|Cannot allocate memory"),
     _p(FailureKind.OOM, r"Available memory on node \d+ .* is less than"),
     _p(FailureKind.OOM, r"is less than desired (?:GPU|CPU) memory utilization"),
+    _p(FailureKind.OOM, r"Free memory on device .* on startup is less than"),
     _p(FailureKind.OOM, r"No available memory for the cache blocks"),
     _p(FailureKind.OOM, r"died unexpectedly \(exit code: -9\)"),
     _p(FailureKind.ENVIRONMENT, r"operator torchvision::nms does not exist"),
     _p(FailureKind.ENVIRONMENT, r"No package metadata was found for vllm"),
+    # pydantic's own line names the cause; the `...ValidationError: 1 validation error` header
+    # above it does not.
+    _p(FailureKind.INVALID_CONFIG, r"Value error, "),
     _p(FailureKind.INVALID_CONFIG, r"pydantic_core\._pydantic_core\.ValidationError"),
     _p(FailureKind.INVALID_CONFIG, r"error: unrecognized arguments|error: argument"),
     _p(FailureKind.INVALID_CONFIG, r"EZ9999"),

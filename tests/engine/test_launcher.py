@@ -1,0 +1,307 @@
+"""The launcher against tests/fake_engine.py and small scripts, run as real process groups."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from autotune.engine import (
+    EngineConfig,
+    EngineError,
+    FailureKind,
+    LaunchSettings,
+    build_command,
+    default_cores,
+    group_members,
+    launch,
+    port_is_free,
+    resolve_env,
+    to_yaml_text,
+)
+from autotune.engine._launcher import _ranges, engine_env
+
+FAKE_ENGINE = Path(__file__).resolve().parents[1] / "fake_engine.py"
+FAKE_COMMAND = "{python} " + shlex.quote(str(FAKE_ENGINE))
+CONFIG = EngineConfig(model="tiny", served_model_name="tiny-served", args={"max_num_seqs": 4})
+
+
+def settings(tmp_path: Path, **kwargs: Any) -> LaunchSettings:
+    """Fast settings for the fake engine; `kwargs` override."""
+    values: dict[str, Any] = {
+        "command": FAKE_COMMAND,
+        "cache_dir": tmp_path / "cache",
+        "startup_timeout_s": 20.0,
+        "stop_timeout_s": 5.0,
+        "poll_interval_s": 0.05,
+        "extra_env": {"FAKE_ENGINE_STARTUP_S": "0.1"},
+    }
+    values.update(kwargs)
+    return LaunchSettings(**values)
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes whose command line mentions `text`."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and any(text in a for a in proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def is_dead(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+    """Every test ends with no process that was started from its folder."""
+    yield
+    survivors = processes_mentioning(str(tmp_path))
+    for proc in survivors:  # keep later tests clean even when this one failed
+        proc.kill()
+    assert survivors == []
+
+
+def test_launch_ready_and_torn_down(tmp_path: Path) -> None:
+    trial = tmp_path / "trial"
+    with launch(CONFIG, settings(tmp_path), trial) as engine:
+        pgid = engine.process.pid
+        assert engine.alive()
+        assert engine.url == f"http://127.0.0.1:{engine.port}"
+        assert httpx.get(f"{engine.url}/health", timeout=5).status_code == 200
+        models = httpx.get(f"{engine.url}/v1/models", timeout=5).json()
+        assert [m["id"] for m in models["data"]] == ["tiny-served"]
+        assert not port_is_free(engine.port)
+        assert group_members(pgid)
+        assert (trial / "engine.yaml").read_text() == to_yaml_text(CONFIG)
+        assert engine.log_path == trial / "engine.log"
+        log = engine.log_path.read_text()
+        assert f"Starting vLLM server on http://127.0.0.1:{engine.port}" in log
+        assert str(FAKE_ENGINE) in log.splitlines()[0]  # the command line comes first
+        assert engine.facts.kv_cache_tokens == 65536
+        assert engine.facts.max_concurrency == 64.0
+        assert engine.facts.vllm_version == "0.0-fake"  # asked of /version
+        assert 0 < engine.startup_s < 20
+        assert not (trial / "engine.env").exists()
+    assert engine.process.poll() is not None
+    assert not engine.alive()
+    assert group_members(pgid) == []
+    assert port_is_free(engine.port)
+
+
+def test_config_env_is_written_resolved(tmp_path: Path) -> None:
+    config = CONFIG.model_copy(update={"env": {"VLLM_CPU_OMP_THREADS_BIND": "{cores}"}})
+    trial = tmp_path / "trial"
+    with launch(config, settings(tmp_path, cores="0-1|2-3"), trial) as engine:
+        env = psutil.Process(engine.process.pid).environ()
+        assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3"
+        assert env["VLLM_CACHE_ROOT"] == str((tmp_path / "cache" / "vllm").resolve())
+    assert (trial / "engine.env").read_text() == "VLLM_CPU_OMP_THREADS_BIND='0-1|2-3'\n"
+
+
+def test_exception_in_body_tears_down(tmp_path: Path) -> None:
+    with (
+        pytest.raises(RuntimeError, match="benchmark blew up"),
+        launch(CONFIG, settings(tmp_path), tmp_path / "trial") as engine,
+    ):
+        pgid, port = engine.process.pid, engine.port
+        raise RuntimeError("benchmark blew up")
+    assert engine.process.poll() is not None
+    assert group_members(pgid) == []
+    assert port_is_free(port)
+
+
+def test_oom_is_noticed_at_once(tmp_path: Path) -> None:
+    fail = settings(tmp_path, extra_env={"FAKE_ENGINE_STARTUP_S": "0", "FAKE_ENGINE_FAIL": "oom"})
+    started = time.monotonic()
+    with pytest.raises(EngineError) as info, launch(CONFIG, fail, tmp_path / "trial"):
+        pytest.fail("an engine that died must not be yielded")
+    assert time.monotonic() - started < 3.0  # the death, not the 20 s deadline
+    failure = info.value.failure
+    assert failure.kind is FailureKind.OOM
+    assert failure.reason == (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
+    assert "CUDA out of memory" in failure.log_tail
+    assert info.value.startup_s is not None and info.value.startup_s < 3.0
+    assert not (tmp_path / "trial" / "engine.1.log").exists()  # no retry for an OOM
+
+
+def test_never_ready_times_out(tmp_path: Path) -> None:
+    slow = settings(tmp_path, startup_timeout_s=2.0, extra_env={"FAKE_ENGINE_STARTUP_S": "100"})
+    started = time.monotonic()
+    with pytest.raises(EngineError) as info, launch(CONFIG, slow, tmp_path / "trial"):
+        pytest.fail("a silent engine must not be yielded")
+    elapsed = time.monotonic() - started
+    assert 2.0 <= elapsed < 6.0
+    assert info.value.failure.kind is FailureKind.STARTUP_TIMEOUT
+    assert info.value.failure.reason == "not ready after 2 s"
+    assert "fake vLLM engine" in info.value.failure.log_tail
+    # `_no_leftovers` checks that the sleeping fake engine is gone.
+
+
+def test_sigterm_ignored_means_sigkill_for_the_whole_group(tmp_path: Path) -> None:
+    child_pid_file = tmp_path / "child.pid"
+    script = tmp_path / "stubborn.sh"
+    script.write_text(
+        "trap '' TERM\n"  # ignored signals stay ignored in children: `sleep` ignores it too
+        "sleep 300 &\n"
+        f"echo $! > {shlex.quote(str(child_pid_file))}\n"
+        "wait\n"
+    )
+    stubborn = settings(
+        tmp_path,
+        command=f"bash {shlex.quote(str(script))}",
+        startup_timeout_s=1.0,
+        stop_timeout_s=1.0,
+    )
+    started = time.monotonic()
+    with pytest.raises(EngineError) as info, launch(CONFIG, stubborn, tmp_path / "trial"):
+        pytest.fail("an engine that serves nothing must not be yielded")
+    elapsed = time.monotonic() - started
+    assert info.value.failure.kind is FailureKind.STARTUP_TIMEOUT
+    assert 2.0 <= elapsed < 8.0  # start-up deadline, then the stop timeout, then SIGKILL
+    child = int(child_pid_file.read_text())
+    assert is_dead(child)
+
+
+def test_port_in_use_is_retried_on_another_port(tmp_path: Path) -> None:
+    marker = tmp_path / "tried-once"
+    script = tmp_path / "flaky.sh"
+    script.write_text(
+        f"if [ ! -e {shlex.quote(str(marker))} ]; then\n"
+        f"  touch {shlex.quote(str(marker))}\n"
+        '  echo "OSError: [Errno 98] Address already in use" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        f'exec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE_ENGINE))} "$@"\n'
+    )
+    trial = tmp_path / "trial"
+    flaky = settings(tmp_path, command=f"bash {shlex.quote(str(script))}")
+    with launch(CONFIG, flaky, trial) as engine:
+        assert httpx.get(f"{engine.url}/health", timeout=5).status_code == 200
+        assert engine.log_path == trial / "engine.1.log"
+        assert "Starting vLLM server" in engine.log_path.read_text()
+    assert "Address already in use" in (trial / "engine.log").read_text()
+    assert not (trial / "engine.2.log").exists()
+
+
+def test_port_in_use_gives_up_after_the_retries(tmp_path: Path) -> None:
+    script = tmp_path / "taken.sh"
+    script.write_text('echo "OSError: [Errno 98] Address already in use" >&2\nexit 1\n')
+    taken = settings(tmp_path, command=f"bash {shlex.quote(str(script))}", port_retries=2)
+    trial = tmp_path / "trial"
+    with pytest.raises(EngineError) as info, launch(CONFIG, taken, trial):
+        pytest.fail("no engine started")
+    assert info.value.failure.kind is FailureKind.PORT_IN_USE
+    assert sorted(p.name for p in trial.glob("engine*.log")) == ["engine.1.log", "engine.log"]
+
+
+def test_build_command_appends_config_host_and_port() -> None:
+    argv = build_command(LaunchSettings(command="{python} -m vllm.x"), Path("/t/e.yaml"), 8123)
+    assert argv == [
+        sys.executable,
+        *["-m", "vllm.x", "--config", "/t/e.yaml", "--host", "127.0.0.1", "--port", "8123"],
+    ]
+
+
+def test_build_command_fills_placeholders_only() -> None:
+    command = "vllm serve --config={config} --port {port} --host {host} --uvicorn-log-level debug"
+    argv = build_command(LaunchSettings(command=command, host="0.0.0.0"), Path("/t/e.yaml"), 9)
+    assert argv == [
+        *["vllm", "serve", "--config=/t/e.yaml", "--port", "9", "--host", "0.0.0.0"],
+        *["--uvicorn-log-level", "debug"],
+    ]
+
+
+def test_build_command_with_one_placeholder_appends_nothing() -> None:
+    argv = build_command(LaunchSettings(command="serve --port {port}"), Path("/t/e.yaml"), 9)
+    assert argv == ["serve", "--port", "9"]
+
+
+def test_build_command_quotes_python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", "/opt/my python/bin/python3")
+    argv = build_command(LaunchSettings(command="{python} -m x"), Path("/t/e.yaml"), 1)
+    assert argv[:3] == ["/opt/my python/bin/python3", "-m", "x"]
+
+
+def test_resolve_env_replaces_cores() -> None:
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "{cores}", "OMP": "x{cores}y", "PLAIN": "1"}
+    assert resolve_env(env, "0-3") == {
+        "VLLM_CPU_OMP_THREADS_BIND": "0-3",
+        "OMP": "x0-3y",
+        "PLAIN": "1",
+    }
+    assert resolve_env(env, None)["VLLM_CPU_OMP_THREADS_BIND"] == default_cores()
+
+
+def expand(ranges: str) -> set[int]:
+    cpus: set[int] = set()
+    for part in ranges.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def test_default_cores_are_this_process_affinity() -> None:
+    cores = default_cores()
+    assert re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", cores)
+    assert expand(cores) == os.sched_getaffinity(0)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "text"),
+    [
+        ([0, 1, 2, 5, 7, 8], "0-2,5,7-8"),
+        ([3], "3"),
+        ([0, 1], "0-1"),
+        ([0, 2, 4], "0,2,4"),
+        ([4, 5, 6, 7, 32, 33], "4-7,32-33"),
+    ],
+)
+def test_ranges(cpus: list[int], text: str) -> None:
+    assert _ranges(cpus) == text
+
+
+def test_engine_env_for_a_local_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("AUTOTUNE_TEST_HOST_VAR", "host")
+    cache = tmp_path / "cache"
+    config = EngineConfig(model=str(tmp_path), env={"TMPDIR": "/from/config", "A": "{cores}"})
+    s = LaunchSettings(cache_dir=cache, cores="2-3", extra_env={"TMPDIR": "/x", "B": "extra"})
+    env = engine_env(config, s)
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert env["TRANSFORMERS_OFFLINE"] == "1"
+    assert env["VLLM_CACHE_ROOT"] == str(cache.resolve() / "vllm")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(cache.resolve() / "inductor")
+    assert (cache / "tmp").is_dir()
+    assert env["TMPDIR"] == "/from/config"  # the config's env wins
+    assert env["A"] == "2-3"
+    assert env["B"] == "extra"
+    assert env["AUTOTUNE_TEST_HOST_VAR"] == "host"
+
+
+def test_engine_env_for_a_hub_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    config = EngineConfig(model="org/not-a-local-path-xyz")
+    env = engine_env(config, LaunchSettings())
+    assert "HF_HUB_OFFLINE" not in env
+    assert "VLLM_CACHE_ROOT" not in env  # no cache_dir: vLLM's own default
+    assert env["VLLM_NO_USAGE_STATS"] == "1"
