@@ -86,6 +86,8 @@ class StudyRunner:
         else:
             self._check_same_experiment(study)
         self._requeue_interrupted(study)
+        if not created:
+            self._retry_failed_baseline(study)
         result = StudyResult(name=self.spec.study)
         done = self._measured_count(study)
         skips_left = SKIP_LIMIT_FACTOR * self.spec.trials
@@ -156,6 +158,22 @@ class StudyRunner:
                 attrs = {k: v for k, v in trial.user_attrs.items() if k == keys.ROLE}
                 study.enqueue_trial(trial.params, user_attrs={**attrs, "requeued": True})
 
+    def _retry_failed_baseline(self, study: optuna.Study) -> None:
+        """A resumed study whose baseline failed runs the baseline again first: without it the
+        study would go on with no reference, or on a host that cannot serve the model at all."""
+        baselines = [
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
+        ]
+        pending = (TrialState.WAITING, TrialState.RUNNING)
+        if baselines and not any(
+            t.state in pending or t.user_attrs.get(keys.STATUS) == keys.STATUS_OK for t in baselines
+        ):
+            study.enqueue_trial(
+                self.space.baseline_params(), user_attrs={keys.ROLE: keys.ROLE_BASELINE}
+            )
+
     @staticmethod
     def _measured_count(study: optuna.Study) -> int:
         """Trials that count against the budget: launched ones, whatever their outcome."""
@@ -213,7 +231,8 @@ class StudyRunner:
         if problems:
             self._tell_skipped(study, trial, str(FailureKind.INVALID_CONFIG), "; ".join(problems))
             return True
-        twin = _measured_twin(study, trial)
+        retry = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE  # a failed one runs again
+        twin = None if retry else _measured_twin(study, trial)
         if twin is not None:
             self._tell_skipped(study, trial, "duplicate", f"same config as trial {twin.number}")
             return True

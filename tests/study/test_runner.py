@@ -1,0 +1,346 @@
+"""StudyRunner with a scripted `measure` (no processes): lifecycle, failures, budget, resume."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.bench import Summary
+from autotune.engine import EngineConfig
+from autotune.space import SearchSpace, load_space
+from autotune.spec import TuneSpec
+from autotune.store import StudyStore, TrialRecord
+from autotune.study import (
+    Event,
+    Measurement,
+    StudyError,
+    StudyResult,
+    StudyRunner,
+    TrialFinished,
+    TrialSkipped,
+    TrialStarted,
+)
+
+STUDY = "s"
+
+# A measurement by (call index, config); the default measures every config successfully.
+Script = Callable[[int, EngineConfig], Measurement]
+MakeSpec = Callable[..., TuneSpec]
+
+
+class Killed(BaseException):
+    """Stands in for the tuner process being killed: nothing in the runner catches it."""
+
+
+@dataclass
+class FakeMeasure:
+    summary_of: Callable[..., Summary]
+    script: Script | None = None
+    calls: list[EngineConfig] = field(default_factory=list)
+    dirs: list[Path] = field(default_factory=list)
+
+    def __call__(self, config: EngineConfig, trial_dir: Path) -> Measurement:
+        self.calls.append(config)
+        self.dirs.append(trial_dir)
+        if self.script is not None:
+            return self.script(len(self.calls) - 1, config)
+        return self.ok(config)
+
+    def ok(self, config: EngineConfig) -> Measurement:
+        seqs = int(config.args.get("max_num_seqs", 128))
+        summary = self.summary_of(throughput=10.0 * seqs, ttft_p99=20.0 + seqs, tpot_p99=3.0)
+        return Measurement(status="ok", summary=summary, engine={"startup_s": 1.0}, device_s=2.0)
+
+
+@pytest.fixture
+def space() -> SearchSpace:
+    return load_space("cpu-quick")
+
+
+@pytest.fixture
+def make_spec(tiny_model: Path, tmp_path: Path) -> Callable[..., TuneSpec]:
+    def make(**fields: Any) -> TuneSpec:
+        data: dict[str, Any] = {
+            "study": STUDY,
+            "model": str(tiny_model),
+            "space": "cpu-quick",
+            "root": tmp_path / "studies",
+            "trials": 3,
+            "sampler": "random",
+            **fields,
+        }
+        return TuneSpec.model_validate(data)
+
+    return make
+
+
+@pytest.fixture
+def measure(summary_of: Callable[..., Summary]) -> FakeMeasure:
+    return FakeMeasure(summary_of)
+
+
+def run(
+    spec: TuneSpec,
+    space: SearchSpace,
+    measure: FakeMeasure,
+    events: list[Event] | None = None,
+) -> tuple[StudyResult, list[TrialRecord]]:
+    store = StudyStore(spec.storage_url)
+    on_event = events.append if events is not None else (lambda event: None)
+    result = StudyRunner(spec, space, store, measure, on_event=on_event).run()
+    return result, store.trials(spec.study)
+
+
+def records(spec: TuneSpec) -> list[TrialRecord]:
+    return StudyStore(spec.storage_url, create=False).trials(spec.study)
+
+
+def launched(trials: list[TrialRecord]) -> list[TrialRecord]:
+    return [t for t in trials if t.device_s is not None]
+
+
+def test_trial_zero_is_the_baseline(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    spec = make_spec(trials=3)
+    events: list[Event] = []
+    result, trials = run(spec, space, measure, events)
+
+    first = trials[0]
+    assert first.number == 0 and first.role == "baseline"
+    assert first.params == space.baseline_params()
+    assert measure.calls[0].args["max_num_seqs"] == 128
+    assert measure.calls[0].args["kv_cache_memory_bytes"] == 512 * 2**20
+    assert measure.calls[0].args["enforce_eager"] is True
+    assert measure.calls[0].model == str(Path(spec.model).resolve())
+    assert first.config["max-num-seqs"] == 128
+    assert first.config["model"] == str(Path(spec.model).resolve())
+    assert first.status == "ok" and first.feasible
+    assert [t.role for t in trials[1:]] == ["", ""]
+    assert result.measured == 3 and result.failed == 0 and not result.exhausted
+    assert measure.dirs[0] == spec.study_dir / "trial-0000"
+
+    attrs = StudyStore(spec.storage_url).study_attrs(STUDY)
+    assert attrs["space"] == "cpu-quick" and attrs["model"] == spec.model
+    kinds = [type(e) for e in events]
+    assert kinds.count(TrialStarted) == kinds.count(TrialFinished) == 3
+
+
+def test_budget_counts_launched_trials(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    # Odd calls fail: failed launches count against the budget like measured ones.
+    def script(i: int, config: EngineConfig) -> Measurement:
+        return measure.ok(config) if i % 2 == 0 else Measurement(status="crash", device_s=1.0)
+
+    measure.script = script
+    result, trials = run(make_spec(trials=4), space, measure)
+    assert len(measure.calls) == 4
+    assert len(launched(trials)) == 4
+    assert result.measured == 2 and result.failed == 2
+    assert result.trial_numbers == [t.number for t in launched(trials)]
+
+
+def test_failed_trial_is_recorded_complete_with_worst_values(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    def script(i: int, config: EngineConfig) -> Measurement:
+        if i == 1:
+            return Measurement(status="oom", reason="CUDA out of memory", device_s=1.5)
+        return measure.ok(config)
+
+    measure.script = script
+    result, trials = run(make_spec(trials=3), space, measure)
+
+    oom = launched(trials)[1]
+    assert oom.state == "complete"  # not FAIL: samplers must learn from it
+    assert oom.status == "oom" and oom.reason == "CUDA out of memory"
+    assert oom.values == [0.0, 1e9, 1e9]
+    assert oom.constraints["failed"] == 1.0
+    assert not oom.feasible
+    assert len(launched(trials)) == 3  # the study went on
+    assert result.failed == 1 and result.measured == 2
+
+    study = optuna.load_study(study_name=STUDY, storage=make_spec().storage_url)
+    assert oom.number not in [t.number for t in study.best_trials]
+
+
+def test_failing_baseline_stops_the_study_after_recording(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    measure.script = lambda i, config: Measurement(status="oom", reason="no memory", device_s=1.0)
+    spec = make_spec(trials=3)
+    with pytest.raises(StudyError, match=r"baseline trial .* failed: oom: no memory"):
+        run(spec, space, measure)
+    assert len(measure.calls) == 1
+    (only,) = records(spec)
+    assert only.role == "baseline" and only.status == "oom" and only.state == "complete"
+
+
+def test_failed_baseline_is_retried_first_on_resume(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    measure.script = lambda i, config: Measurement(status="oom", reason="no memory", device_s=1.0)
+    with pytest.raises(StudyError):
+        run(make_spec(trials=3), space, measure)
+
+    # The host was fixed: the next run measures the baseline before anything else.
+    measure.script = None
+    result, trials = run(make_spec(trials=3), space, measure)
+    assert result.trial_numbers == [1, 2]
+    assert trials[1].role == "baseline" and trials[1].status == "ok"
+    assert trials[1].params == space.baseline_params()
+    assert trials[2].role == ""
+
+    # Once measured, it is not run again.
+    result, trials = run(make_spec(trials=4), space, measure)
+    assert [t.role for t in trials].count("baseline") == 2
+    assert trials[-1].role == ""
+
+
+def test_invalid_config_is_never_launched(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    # Without chunked prefill every max_num_batched_tokens below max_model_len is impossible.
+    options = {"enable_chunked_prefill": False, "max_model_len": 2048}
+    spec = make_spec(trials=4, engine={"options": options})
+    events: list[Event] = []
+    result, trials = run(spec, space, measure, events)
+
+    assert all(c.args["max_num_batched_tokens"] >= 2048 for c in measure.calls)
+    invalid = [t for t in trials if t.status == "invalid_config"]
+    assert invalid, "the random sampler proposes small batch sizes with this seed"
+    assert result.skipped == len(invalid)
+    for t in invalid:
+        assert t.state == "complete" and t.device_s is None and not t.feasible
+        assert "max_num_batched_tokens" in t.reason and "max_model_len (2048)" in t.reason
+        assert t.config["max-num-batched-tokens"] < 2048
+    skipped = [e for e in events if isinstance(e, TrialSkipped)]
+    assert [e.number for e in skipped] == [t.number for t in invalid]
+
+
+def test_skip_limit_ends_a_study_of_impossible_configs(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    # The tiny model has 4096 positions: every config, the baseline's too, is impossible.
+    spec = make_spec(trials=1, engine={"options": {"max_model_len": 8192}})
+    result, trials = run(spec, space, measure)
+    assert result.exhausted
+    assert measure.calls == []
+    assert result.skipped == 10 == len(trials)  # SKIP_LIMIT_FACTOR * trials
+    assert {t.status for t in trials} == {"invalid_config"}
+    assert "max_position_embeddings (4096)" in trials[0].reason
+
+
+def test_duplicates_are_skipped_until_the_space_is_exhausted(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    file = tmp_path / "two.yaml"
+    file.write_text(
+        "name: two\nplatform: cpu\n"
+        "fixed: {kv_cache_memory_bytes: 268435456}\n"
+        "parameters:\n"
+        "  - {name: max_num_seqs, type: categorical, choices: [64, 128], baseline: 128}\n"
+    )
+    space = load_space(file)
+    spec = make_spec(trials=3, space=str(file))
+    result, trials = run(spec, space, measure)
+
+    assert sorted(c.args["max_num_seqs"] for c in measure.calls) == [64, 128]
+    assert result.measured == 2
+    assert result.exhausted
+    duplicates = [t for t in trials if t.status == "duplicate"]
+    assert len(duplicates) == result.skipped == 30
+    assert all(t.reason.startswith("same config as trial ") for t in duplicates)
+
+
+def test_resume_continues_without_a_second_baseline(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    first, _ = run(make_spec(trials=2, sampler="tpe"), space, measure)
+    assert first.trial_numbers == [0, 1]
+
+    result, trials = run(make_spec(trials=4, sampler="tpe"), space, measure)
+    assert len(result.trial_numbers) == 2 and min(result.trial_numbers) >= 2
+    assert len(launched(trials)) == 4
+    params = [tuple(sorted(t.params.items())) for t in launched(trials)]
+    assert len(set(params)) == 4  # a resumed sampler's repeats are skipped, not re-measured
+    assert [t.role for t in trials].count("baseline") == 1
+    assert len(measure.calls) == 4
+
+    again, _ = run(make_spec(trials=4, sampler="tpe"), space, measure)
+    assert again.trial_numbers == [] and len(measure.calls) == 4  # budget already spent
+
+
+def test_running_trial_is_marked_interrupted_and_requeued_once(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    spec = make_spec(trials=1)
+    run(spec, space, measure)  # the baseline
+    study = optuna.load_study(study_name=STUDY, storage=spec.storage_url)
+    left = study.ask(space.distributions())  # a tuner killed while this trial ran
+    params = dict(left.params)
+
+    # The re-queued trial is launched first; the tuner is killed again while it runs.
+    def killed(i: int, config: EngineConfig) -> Measurement:
+        raise Killed
+
+    measure.script = killed
+    with pytest.raises(Killed):
+        run(make_spec(trials=2), space, measure)
+    trials = records(spec)
+    assert trials[left.number].state == "fail"
+    assert trials[left.number].status == "interrupted"
+    retry = trials[-1]
+    assert retry.params == params and retry.state == "running"
+    assert measure.calls[-1].args["max_num_seqs"] == params["max_num_seqs"]
+
+    # This time the retried trial is marked interrupted but not queued a third time.
+    measure.script = None
+    result, trials = run(make_spec(trials=3), space, measure)
+    assert trials[retry.number].status == "interrupted"
+    assert trials[retry.number].state == "fail"
+    study = optuna.load_study(study_name=STUDY, storage=spec.storage_url)
+    requeued = [t.number for t in study.trials if t.user_attrs.get("requeued")]
+    assert requeued == [retry.number]
+    assert not study.get_trials(states=(TrialState.WAITING, TrialState.RUNNING))
+    assert len(result.trial_numbers) == 2
+
+
+def test_interrupted_trial_is_requeued_and_measured(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    spec = make_spec(trials=1)
+    run(spec, space, measure)
+    study = optuna.load_study(study_name=STUDY, storage=spec.storage_url)
+    left = study.ask(space.distributions())
+
+    result, trials = run(make_spec(trials=2), space, measure)
+    assert trials[left.number].status == "interrupted"
+    (retry_number,) = result.trial_numbers
+    assert trials[retry_number].params == left.params
+    assert trials[retry_number].status == "ok"
+
+
+def test_keyboard_interrupt_marks_the_trial_and_propagates(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    def script(i: int, config: EngineConfig) -> Measurement:
+        if i == 1:
+            raise KeyboardInterrupt
+        return measure.ok(config)
+
+    measure.script = script
+    spec = make_spec(trials=3)
+    with pytest.raises(KeyboardInterrupt):
+        run(spec, space, measure)
+    trials = records(spec)
+    assert len(trials) == 2
+    assert trials[1].state == "fail" and trials[1].status == "interrupted"
+    assert trials[0].status == "ok"

@@ -1,0 +1,130 @@
+"""Pareto selection and the export picks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from autotune.store import TrialRecord
+from autotune.study import SelectionError, baseline, pareto_front, pick
+
+Make = Callable[..., TrialRecord]
+
+OBJECTIVES = [
+    ("output_throughput", "maximize"),
+    ("p99_ttft_ms", "minimize"),
+    ("p99_tpot_ms", "minimize"),
+]
+
+
+def numbers(trials: Sequence[TrialRecord]) -> list[int]:
+    return [t.number for t in trials]
+
+
+@pytest.fixture
+def front(trial: Make) -> list[TrialRecord]:
+    """Four non-dominated trials."""
+    return [
+        trial(0, 1000, ttft=100, tpot=10),
+        trial(1, 3000, ttft=300, tpot=30),
+        trial(2, 500, ttft=20, tpot=2),
+        trial(3, 2000, ttft=90, tpot=12),
+    ]
+
+
+def test_front_keeps_non_dominated_trials_with_mixed_directions(trial: Make) -> None:
+    trials = [
+        trial(0, 1000, ttft=50, tpot=5),  # dominated by 3
+        trial(1, 900, ttft=60, tpot=6),  # dominated by 0 in all three
+        trial(2, 2000, ttft=200, tpot=5),  # more throughput, worse TTFT: on the front
+        trial(3, 1000, ttft=50, tpot=4),  # equal, equal, better than 0: on the front
+        trial(4, 500, ttft=10, tpot=9),  # best TTFT: on the front
+    ]
+    assert numbers(pareto_front(trials, OBJECTIVES)) == [2, 3, 4]
+
+
+def test_front_is_sorted_by_throughput(trial: Make) -> None:
+    trials = [trial(0, 100, ttft=1), trial(1, 300, ttft=3), trial(2, 200, ttft=2)]
+    assert numbers(pareto_front(trials, OBJECTIVES)) == [1, 2, 0]
+
+
+def test_equal_points_are_both_on_the_front(trial: Make) -> None:
+    assert numbers(pareto_front([trial(0, 100), trial(1, 100)], OBJECTIVES)) == [0, 1]
+
+
+def test_front_excludes_infeasible_and_unmeasured(trial: Make) -> None:
+    trials = [
+        trial(0, 1000),
+        trial(1, 5000, ttft=10, constraints={"failed": 0.0, "p99_ttft_ms": 0.2}),
+        trial(2, None, status="oom", constraints={"failed": 1.0}),
+        trial(3, 9000, ttft=1, status="crash"),  # metrics but not status ok
+    ]
+    assert numbers(pareto_front(trials, OBJECTIVES)) == [0]
+
+
+def test_front_of_nothing_feasible_is_empty(trial: Make) -> None:
+    assert pareto_front([trial(0, None, status="oom")], OBJECTIVES) == []
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [("max-throughput", 1), ("min-ttft", 2), ("min-tpot", 2)],
+)
+def test_pick_rules(front: list[TrialRecord], how: str, expected: int) -> None:
+    assert pick(front, OBJECTIVES, how).number == expected
+
+
+def test_pick_rules_choose_from_feasible_trials_only(front: list[TrialRecord], trial: Make) -> None:
+    fast_but_late = trial(9, 9000, ttft=1, tpot=1, constraints={"failed": 0.0, "error_rate": 0.1})
+    assert pick([*front, fast_but_late], OBJECTIVES, "max-throughput").number == 1
+    assert pick([*front, fast_but_late], OBJECTIVES, "min-ttft").number == 2
+
+
+def test_knee_is_the_balanced_point(trial: Make) -> None:
+    # Two objectives: trial 1 buys a little throughput with a lot of latency, trial 2 the
+    # reverse; trial 0 is nearly best on both and is the obvious knee.
+    objectives = OBJECTIVES[:2]
+    trials = [trial(0, 950, ttft=12), trial(1, 1000, ttft=100), trial(2, 100, ttft=10)]
+    assert numbers(pareto_front(trials, objectives)) == [1, 0, 2]
+    assert pick(trials, objectives, "knee").number == 0
+
+
+def test_knee_of_a_single_point(trial: Make) -> None:
+    assert pick([trial(7, 100)], OBJECTIVES, "knee").number == 7
+
+
+def test_pick_by_number_ignores_feasibility(front: list[TrialRecord], trial: Make) -> None:
+    trials = [*front, trial(9, None, status="oom", constraints={"failed": 1.0})]
+    assert pick(trials, OBJECTIVES, "max-throughput", number=9).number == 9
+
+
+def test_pick_unknown_number(front: list[TrialRecord]) -> None:
+    with pytest.raises(SelectionError, match="no trial 42"):
+        pick(front, OBJECTIVES, number=42)
+
+
+def test_pick_number_without_config(trial: Make) -> None:
+    with pytest.raises(SelectionError, match="no engine config"):
+        pick([trial(0, 100, config={})], OBJECTIVES, number=0)
+
+
+def test_pick_without_feasible_trial(trial: Make) -> None:
+    trials = [trial(0, None, status="oom", constraints={"failed": 1.0})]
+    with pytest.raises(SelectionError, match="no measured trial meets every constraint"):
+        pick(trials, OBJECTIVES)
+
+
+def test_pick_unknown_rule(front: list[TrialRecord]) -> None:
+    with pytest.raises(SelectionError, match="unknown pick 'best'"):
+        pick(front, OBJECTIVES, "best")
+
+
+def test_baseline_is_the_measured_baseline_trial(trial: Make) -> None:
+    trials = [trial(0, 100, role="baseline"), trial(1, 200)]
+    assert baseline(trials) is trials[0]
+
+
+def test_no_baseline_when_it_failed_or_is_missing(trial: Make) -> None:
+    assert baseline([trial(0, None, status="oom", role="baseline"), trial(1, 200)]) is None
+    assert baseline([trial(1, 200)]) is None

