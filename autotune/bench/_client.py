@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from autotune.bench._http import AiohttpLines, HTTPStreamError, HttpxLines, LineStream
 from autotune.bench._load import LoadProfile
 from autotune.bench._records import RequestRecord
 from autotune.bench._workload import RequestSpec
@@ -146,20 +147,24 @@ class OpenAICompletionsClient:
         *,
         warmup: Sequence[RequestSpec] = (),
     ) -> list[RequestRecord]:
-        timeout = httpx.Timeout(profile.request_timeout_s)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        async with httpx.AsyncClient(
-            base_url=self._base_url, timeout=timeout, limits=limits, transport=self._transport
-        ) as http:
+        http = self._open(profile.request_timeout_s)
+        try:
             if warmup:
                 warm = await self._run_all(http, warmup, profile)
                 failed = sum(not record.ok for record in warm)
                 if failed:
                     logger.warning("%d of %d warm-up requests failed", failed, len(warm))
             return await self._run_all(http, requests, profile)
+        finally:
+            await http.close()
+
+    def _open(self, request_timeout_s: float) -> LineStream:
+        if self._transport is not None:
+            return HttpxLines(self._base_url, request_timeout_s, self._transport)
+        return AiohttpLines(self._base_url, request_timeout_s)
 
     async def _run_all(
-        self, http: httpx.AsyncClient, requests: Sequence[RequestSpec], profile: LoadProfile
+        self, http: LineStream, requests: Sequence[RequestSpec], profile: LoadProfile
     ) -> list[RequestRecord]:
         gate = asyncio.Semaphore(profile.concurrency) if profile.concurrency else None
 
@@ -176,7 +181,7 @@ class OpenAICompletionsClient:
         return list(await asyncio.gather(*(one(i, spec, offset) for i, (spec, offset) in pairs)))
 
     async def _send(
-        self, http: httpx.AsyncClient, index: int, spec: RequestSpec, timeout_s: float
+        self, http: LineStream, index: int, spec: RequestSpec, timeout_s: float
     ) -> RequestRecord:
         stream = _Stream()
         error: str | None = None
@@ -186,7 +191,7 @@ class OpenAICompletionsClient:
                 await self._stream(http, spec, stream)
         except TimeoutError:
             error = f"timeout after {timeout_s:g} s"
-        except (httpx.HTTPError, StreamError, OSError) as exc:
+        except (HTTPStreamError, StreamError, OSError, ValueError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         end_time = self._clock()
         if error is None and not stream.token_times:
@@ -195,7 +200,7 @@ class OpenAICompletionsClient:
             error = "stream ended before [DONE]"
         return stream.record(index, spec, send_time, end_time, error)
 
-    async def _stream(self, http: httpx.AsyncClient, spec: RequestSpec, stream: _Stream) -> None:
+    async def _stream(self, http: LineStream, spec: RequestSpec, stream: _Stream) -> None:
         """The one streaming loop: POST, then feed every SSE line, stamped on arrival."""
         body = {
             "model": self._model,
@@ -206,11 +211,8 @@ class OpenAICompletionsClient:
             "stream_options": {"include_usage": True},
             "ignore_eos": True,
         }
-        async with http.stream("POST", "/v1/completions", json=body) as response:
-            if response.status_code != httpx.codes.OK:
-                text = (await response.aread()).decode("utf-8", errors="replace")
-                raise StreamError(f"HTTP {response.status_code}: {text.strip()[:200]}")
-            async for line in response.aiter_lines():
+        async with http.post_lines("/v1/completions", body) as lines:
+            async for line in lines:
                 stream.feed(line, self._clock())
 
 

@@ -32,13 +32,42 @@ def _random_requests(
     workload: RandomWorkload, model_path: str
 ) -> tuple[list[RequestSpec], list[RequestSpec]]:
     pool = token_pool(model_path)
+    tokenizer = _tokenizer(model_path) if workload.prompt_format == "text" else None
     rng = random.Random(workload.seed)
     specs = []
     for _ in range(workload.warmup + workload.prompts):
         n_in = _spread_length(rng, workload.input, workload.input_spread)
         n_out = _spread_length(rng, workload.output, workload.output_spread)
-        specs.append(RequestSpec(prompt=rng.choices(pool, k=n_in), max_tokens=n_out))
+        ids = rng.choices(pool, k=n_in)
+        prompt: str | list[int] = ids if tokenizer is None else _text_of(tokenizer, ids, pool, rng)
+        specs.append(RequestSpec(prompt=prompt, max_tokens=n_out))
     return specs[: workload.warmup], specs[workload.warmup :]
+
+
+def _tokenizer(model_path: str) -> Any:
+    """The model's fast tokenizer (tokenizer.json); text prompts need it."""
+    path = Path(model_path) / "tokenizer.json"
+    if not path.is_file():
+        raise WorkloadError(
+            f"text prompts need {path}; use prompt_format=ids for a model without tokenizer.json"
+        )
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
+def _text_of(tokenizer: Any, ids: list[int], pool: list[int], rng: random.Random) -> str:
+    """Text that encodes back to len(ids) tokens (decoding and re-encoding merges or splits
+    tokens, so the ids are trimmed or topped up and tried again, as vLLM's random dataset does)."""
+    want = len(ids)
+    text = tokenizer.decode(ids)
+    for _ in range(10):
+        again = tokenizer.encode(text, add_special_tokens=False).ids
+        if len(again) == want:
+            break
+        again = again[:want] + rng.choices(pool, k=max(0, want - len(again)))
+        text = tokenizer.decode(again)
+    return str(text)
 
 
 def _spread_length(rng: random.Random, mean: int, spread: float) -> int:

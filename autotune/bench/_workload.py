@@ -23,7 +23,12 @@ class RequestSpec:
 
 
 class RandomWorkload(BaseModel):
-    """Random token-id prompts of (roughly) fixed input and output lengths."""
+    """Random prompts of (roughly) fixed input and output lengths.
+
+    `prompt_format: text` (default) sends text that the model's tokenizer encodes to `input`
+    tokens, as real clients send text (so the server's tokenization is measured too);
+    `ids` sends the token ids themselves (exact lengths; no tokenizer needed).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,6 +44,9 @@ class RandomWorkload(BaseModel):
     )
     seed: int = Field(default=0, description="Seed of this workload's private RNG")
     warmup: int = Field(default=2, ge=0, description="Warm-up requests, sent first, not measured")
+    prompt_format: Literal["text", "ids"] = Field(
+        default="text", description="Send text (tokenized by the server) or token ids"
+    )
 
 
 class JsonlWorkload(BaseModel):

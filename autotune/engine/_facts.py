@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 _KV_TOKENS = re.compile(r"(?:CPU|GPU|NPU) KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_RESERVED = re.compile(r"reserved_cpus=\[([\d, ]*)\]")
 _VERSION = re.compile(r"V1 LLM engine \(v([^)]+)\)|vLLM API server version ([\w.+-]+)")
 
 
@@ -16,6 +17,7 @@ class EngineFacts(BaseModel):
     vllm_version: str | None = None
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
+    reserved_cpus: list[int] | None = None  # CPUs vLLM (CPU backend) keeps for its front end
 
 
 def parse_facts(log_text: str) -> EngineFacts:
@@ -23,7 +25,11 @@ def parse_facts(log_text: str) -> EngineFacts:
     kv = _KV_TOKENS.findall(log_text)
     conc = _CONCURRENCY.findall(log_text)
     version = _VERSION.findall(log_text)
+    reserved = _RESERVED.findall(log_text)
     return EngineFacts(
+        reserved_cpus=[int(x) for x in reserved[-1].replace(" ", "").split(",") if x]
+        if reserved
+        else None,
         vllm_version=next((a or b for a, b in reversed(version)), None),
         kv_cache_tokens=int(kv[-1].replace(",", "")) if kv else None,
         max_concurrency=float(conc[-1][1]) if conc else None,

@@ -61,7 +61,9 @@ def test_parse_errors_name_the_key(text: str, needle: str) -> None:
 
 
 def test_random_requests_are_seeded(model_dir: Path) -> None:
-    workload = RandomWorkload(input=20, output=6, prompts=30, input_spread=0.5, warmup=3, seed=4)
+    workload = RandomWorkload(
+        input=20, output=6, prompts=30, input_spread=0.5, warmup=3, seed=4, prompt_format="ids"
+    )
     warmup, measured = build_requests(workload, str(model_dir))
     assert (warmup, measured) == build_requests(workload, str(model_dir))
     assert len(warmup) == 3 and len(measured) == 30
@@ -73,6 +75,26 @@ def test_random_requests_are_seeded(model_dir: Path) -> None:
         assert spec.max_tokens == 6
         assert all(0 <= token < 40 and token not in (0, 1, 3) for token in spec.prompt)
     assert len({len(spec.prompt) for spec in measured}) > 1
+
+
+def test_random_text_prompts_encode_to_the_asked_length(tiny_model: Path) -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
+    workload = RandomWorkload(input=100, output=8, prompts=20, input_spread=0.3, warmup=0)
+    _, measured = build_requests(workload, str(tiny_model))
+    assert measured == build_requests(workload, str(tiny_model))[1]
+    lengths = [len(tokenizer.encode(str(s.prompt), add_special_tokens=False).ids) for s in measured]
+    ids_workload = workload.model_copy(update={"prompt_format": "ids"})
+    _, as_ids = build_requests(ids_workload, str(tiny_model))
+    assert all(isinstance(s.prompt, str) for s in measured)
+    # Same seed, same lengths: text prompts encode to exactly the drawn token counts.
+    assert lengths == [len(s.prompt) for s in as_ids]
+
+
+def test_text_prompts_need_a_tokenizer(model_dir: Path) -> None:
+    with pytest.raises(WorkloadError, match=r"tokenizer\.json"):
+        build_requests(RandomWorkload(), str(model_dir))
 
 
 def test_random_workload_needs_local_model() -> None:
