@@ -241,15 +241,13 @@ def make_tiny_model(
     path.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
 
-    # The vocabulary holds only what the ASCII corpus contains: no lone high-byte tokens, so every
-    # token decodes to whole characters. (A random model that greedily repeats a lone UTF-8 lead
-    # byte makes vLLM withhold all streamed text until the end, which ruins TTFT/TPOT.)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # any text encodes
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(rng, 20000), trainer=trainer)
