@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import httpx
@@ -226,6 +228,24 @@ def run_benchmark(
     clock: Clock = time.perf_counter,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[RequestRecord]:
-    """Run warm-up then measured requests against `base_url`; one record per measured request."""
+    """Run warm-up then measured requests against `base_url`; one record per measured request.
+
+    The garbage collector is paused for the run: a full collection over a large heap stalls the
+    event loop for long enough that whole streams are read, and stamped, at once.
+    """
     client = OpenAICompletionsClient(base_url, model, clock=clock, transport=transport)
-    return asyncio.run(client.run(requests, profile, warmup=warmup))
+    with _gc_paused():
+        return asyncio.run(client.run(requests, profile, warmup=warmup))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
