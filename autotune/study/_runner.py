@@ -48,13 +48,16 @@ class StudyResult:
     trial_numbers: list[int] = field(default_factory=list)
 
 
-def make_sampler(spec: TuneSpec) -> optuna.samplers.BaseSampler:
+def make_sampler(spec: TuneSpec, offset: int = 0) -> optuna.samplers.BaseSampler:
+    """The spec's sampler, seeded with `spec.seed + offset` (a resumed study passes the number
+    of trials it has, so that it does not propose its first configs again)."""
+    seed = spec.seed + offset
     if spec.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=spec.seed)
+        return optuna.samplers.RandomSampler(seed=seed)
     if spec.sampler == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=spec.seed)
+        return optuna.samplers.NSGAIISampler(seed=seed)
     return optuna.samplers.TPESampler(
-        seed=spec.seed, multivariate=True, constant_liar=True, n_startup_trials=4
+        seed=seed, multivariate=True, constant_liar=True, n_startup_trials=4
     )
 
 
@@ -85,6 +88,7 @@ class StudyRunner:
             self._initialize(study)
         else:
             self._check_same_experiment(study)
+            study.sampler = make_sampler(self.spec, offset=len(study.get_trials(deepcopy=False)))
         self._requeue_interrupted(study)
         if not created:
             self._retry_failed_baseline(study)
@@ -230,6 +234,12 @@ class StudyRunner:
         )
         if problems:
             self._tell_skipped(study, trial, str(FailureKind.INVALID_CONFIG), "; ".join(problems))
+            if trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
+                raise StudyError(
+                    "the baseline config breaks a known constraint: "
+                    + "; ".join(problems)
+                    + " (fix the fixed options or the space's baseline values)"
+                )
             return True
         retry = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE  # a failed one runs again
         twin = None if retry else _measured_twin(study, trial)

@@ -225,17 +225,34 @@ def test_invalid_config_is_never_launched(
     assert [e.number for e in skipped] == [t.number for t in invalid]
 
 
-def test_skip_limit_ends_a_study_of_impossible_configs(
+def test_an_impossible_baseline_stops_the_study_before_any_launch(
     make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
 ) -> None:
     # The tiny model has 4096 positions: every config, the baseline's too, is impossible.
     spec = make_spec(trials=1, engine={"options": {"max_model_len": 8192}})
-    result, trials = run(spec, space, measure)
-    assert result.exhausted
+    with pytest.raises(StudyError, match=r"baseline.*max_position_embeddings \(4096\)"):
+        run(spec, space, measure)
     assert measure.calls == []
-    assert result.skipped == 10 == len(trials)  # SKIP_LIMIT_FACTOR * trials
-    assert {t.status for t in trials} == {"invalid_config"}
-    assert "max_position_embeddings (4096)" in trials[0].reason
+
+
+def test_skip_limit_ends_a_study_whose_other_configs_are_impossible(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    # Only the baseline satisfies max_num_batched_tokens (100) >= max_num_seqs.
+    file = tmp_path / "narrow.yaml"
+    file.write_text(
+        "name: narrow\nplatform: cpu\n"
+        "fixed: {max_num_batched_tokens: 100, kv_cache_memory_bytes: 268435456}\n"
+        "parameters:\n"
+        "  - {name: max_num_seqs, type: int, low: 100, high: 200, baseline: 100}\n"
+    )
+    spec = make_spec(trials=3, space=str(file))
+    result, trials = run(spec, load_space(file), measure)
+    assert result.exhausted
+    assert [c.args["max_num_seqs"] for c in measure.calls] == [100]
+    invalid = [t for t in trials if t.status == "invalid_config"]
+    assert result.skipped == 30 == len(invalid)  # SKIP_LIMIT_FACTOR * trials
+    assert "max_num_batched_tokens" in invalid[0].reason
 
 
 def test_duplicates_are_skipped_until_the_space_is_exhausted(
