@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -25,11 +26,7 @@ import pytest
 import yaml
 
 from autotune.bench import (
-    LoadProfile,
-    RandomWorkload,
-    build_requests,
     read_records,
-    run_benchmark,
     summarize,
 )
 from autotune.engine import free_port, terminate_group
@@ -197,13 +194,27 @@ def _vllm_bench(url: str, model: str, tokenizer: str, out_dir: Path, n: int) -> 
     return data
 
 
+def _autotune_bench(url: str, tiny_model: Path, out_dir: Path, n: int) -> dict[str, Any]:
+    out_json = out_dir / f"ours{n}.json"
+    argv = [
+        *AUTOTUNE, "bench", "--url", url, "--model-path", str(tiny_model), "--concurrency", "16",
+        "--workload", f"random:input=64,output=32,prompts=64,warmup=1,seed={n}",
+        "--json", str(out_json),
+    ]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary: dict[str, Any] = json.loads(out_json.read_text())
+    return summary
+
+
 def test_client_agrees_with_vllm_bench_serve(
     served_best: Served, tiny_model: Path, tmp_path: Path
 ) -> None:
     """Our TTFT/TPOT medians within 15% of `vllm bench serve`'s, runs interleaved in time.
 
-    Both send random text prompts of 64 tokens (tokenized by the server) for 32 output tokens
-    at concurrency 16, and share the host's cores with the engine, as in any CPU study.
+    Both run as commands (`autotune bench`, `vllm bench serve`), send random text prompts of 64
+    tokens (tokenized by the server) for 32 output tokens at concurrency 16, and share the
+    host's cores with the engine, as in any CPU study.
     """
     url = served_best.url
     model = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
@@ -211,16 +222,12 @@ def test_client_agrees_with_vllm_bench_serve(
     theirs: dict[str, list[float]] = {"ttft": [], "tpot": []}
     # One unmeasured round first (a fresh server is slower), then rounds in ABBA order so that
     # drift on this shared machine does not favour either client.
-    for n, order in enumerate(("ab", "ab", "ba", "ab", "ba")):
+    for n, order in enumerate(("ab", "ab", "ba", "ab", "ba", "ab", "ba")):
         for who in order:
             if who == "a":
-                workload = RandomWorkload(input=64, output=32, prompts=64, warmup=1, seed=n)
-                warmup, requests = build_requests(workload, str(tiny_model))
-                profile = LoadProfile(concurrency=16)
-                records = run_benchmark(url, model, warmup, requests, profile)
-                summary = summarize(records)
-                assert summary.errors == 0
-                ttft, tpot = summary.ttft_ms.p50, summary.tpot_ms.p50
+                summary = _autotune_bench(url, tiny_model, tmp_path, n)
+                assert summary["errors"] == 0
+                ttft, tpot = summary["ttft_ms"]["p50"], summary["tpot_ms"]["p50"]
             else:
                 result = _vllm_bench(url, model, str(tiny_model), tmp_path, n)
                 ttft, tpot = result["median_ttft_ms"], result["median_tpot_ms"]
