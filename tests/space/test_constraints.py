@@ -34,12 +34,10 @@ def test_from_path_reads_config(tmp_path: Path, tiny: ModelInfo) -> None:
     assert model == tiny  # kv heads default to heads, head_dim to hidden / heads
 
 
-def test_from_path_repository_tiny_model(tiny: ModelInfo) -> None:
-    folder = Path(__file__).parents[2] / "models" / "tiny"
-    if not (folder / "config.json").is_file():
-        pytest.skip("tiny model not generated")
-    model = ModelInfo.from_path(folder)
+def test_from_path_generated_tiny_model(tiny: ModelInfo, tiny_model: Path) -> None:
+    model = ModelInfo.from_path(tiny_model)
     assert model is not None and model.kv_bytes_per_token() == 4096
+    assert model.num_attention_heads == tiny.num_attention_heads
 
 
 def test_from_path_hub_name_and_bad_config(tmp_path: Path) -> None:
