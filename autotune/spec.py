@@ -12,7 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from autotune.bench import METRIC_NAMES, LoadProfile, Workload, WorkloadError, parse_workload
+from autotune.bench import METRIC_NAMES, LoadProfile, Workload, parse_workload
 from autotune.engine import DEFAULT_COMMAND, normalize_option
 
 Direction = Literal["maximize", "minimize"]
@@ -156,8 +156,6 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TuneSpec:
         data[key] = value
     try:
         return TuneSpec.model_validate(data)
-    except WorkloadError as exc:
-        raise SpecError(f"workload: {exc}") from None
     except ValidationError as exc:
         raise SpecError(_first_error(exc, path)) from None
 

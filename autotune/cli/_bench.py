@@ -8,7 +8,14 @@ from typing import Annotated
 import httpx
 import typer
 
-from autotune.bench import LoadProfile, build_requests, parse_workload, run_benchmark, summarize
+from autotune.bench import (
+    LoadProfile,
+    build_requests,
+    parse_workload,
+    run_benchmark,
+    summarize,
+    write_records,
+)
 from autotune.cli._common import InputError, cli_errors, console
 from autotune.spec import parse_pairs
 
@@ -36,8 +43,6 @@ def bench(
         records = run_benchmark(url, name, warmup, requests, profile)
         summary = summarize(records, parse_pairs(slo or [], "--slo"))
         if records_out is not None:
-            from autotune.bench import write_records
-
             write_records(records_out, records)
         if json_out is not None:
             json_out.write_text(summary.model_dump_json(indent=2) + "\n")

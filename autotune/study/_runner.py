@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from autotune import store as keys
+from autotune.bench import METRIC_NAMES
 from autotune.engine import EngineConfig, FailureKind, resolve_env, to_yaml_dict
 from autotune.host import describe_host
 from autotune.space import ModelInfo, SearchSpace, check_constraints
@@ -279,8 +280,6 @@ def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def _flat_metrics(m: Measurement) -> dict[str, float]:
-    from autotune.bench import METRIC_NAMES
-
     assert m.summary is not None
     out = {name: m.summary.metric(name) for name in METRIC_NAMES}
     out["completed"] = float(m.summary.completed)
