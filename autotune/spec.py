@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from autotune.bench import METRIC_NAMES, LoadProfile, Workload, parse_workload
 from autotune.engine import DEFAULT_COMMAND, normalize_option
+from autotune.store import default_storage_url
 
 Direction = Literal["maximize", "minimize"]
 
@@ -106,9 +107,7 @@ class TuneSpec(BaseModel):
     @property
     def storage_url(self) -> str:
         """The storage URL; by default `studies/<name>/study.db` beside the trial folders."""
-        if self.storage:
-            return self.storage
-        return f"sqlite:///{(self.study_dir / 'study.db').resolve()}"
+        return self.storage or default_storage_url(self.root, self.study)
 
     @property
     def api_model_name(self) -> str:

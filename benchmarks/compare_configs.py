@@ -20,8 +20,8 @@ from pathlib import Path
 
 from autotune.bench import LoadProfile, build_requests, parse_workload
 from autotune.engine import LaunchSettings, from_yaml_dict
-from autotune.store import StudyStore, TrialRecord
-from autotune.study import Workplan, baseline, measure, pick
+from autotune.store import StudyStore, TrialRecord, default_storage_url
+from autotune.study import Workplan, baseline, measure, pick, study_objectives
 
 METRICS = ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms")
 
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the runs as JSON")
     args = parser.parse_args()
 
-    url = args.storage or f"sqlite:///{(args.root / args.study / 'study.db').resolve()}"
+    url = args.storage or default_storage_url(args.root, args.study)
     store = StudyStore(url, create=False)
     trials = store.trials(args.study)
     attrs = store.study_attrs(args.study)
@@ -66,7 +66,7 @@ def main() -> None:
 
 
 def _choose(trials: list[TrialRecord], attrs: dict, which: str) -> TrialRecord:
-    objectives = [(o["metric"], o["direction"]) for o in attrs["objectives"]]
+    objectives = study_objectives(attrs)
     if which == "baseline":
         found = baseline(trials)
         if found is None:

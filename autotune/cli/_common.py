@@ -13,7 +13,7 @@ from rich.console import Console
 from autotune.bench import WorkloadError
 from autotune.space import SpaceError
 from autotune.spec import SpecError
-from autotune.store import StorageError, StudyStore
+from autotune.store import StorageError, StudyStore, default_storage_url
 from autotune.study import SelectionError, StudyError
 
 
@@ -73,7 +73,7 @@ def setup_logging(verbose: bool) -> None:
 
 def storage_url(study: str, storage: str | None, root: Path) -> str:
     """The URL a reading command uses: `--storage`, else `ROOT/STUDY/study.db`."""
-    return storage or f"sqlite:///{(root / study / 'study.db').resolve()}"
+    return storage or default_storage_url(root, study)
 
 
 def open_store(study: str, storage: str | None, root: Path) -> StudyStore:

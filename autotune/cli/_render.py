@@ -17,15 +17,8 @@ from autotune.study import (
     TrialStarted,
     baseline,
     pareto_front,
+    study_objectives,
 )
-
-
-def objectives_of(attrs: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(o["metric"], o["direction"]) for o in attrs.get("objectives", [])] or [
-        ("output_throughput", "maximize"),
-        ("p99_ttft_ms", "minimize"),
-        ("p99_tpot_ms", "minimize"),
-    ]
 
 
 def event_printer(console: Console) -> Callable[[Event], None]:
@@ -56,7 +49,7 @@ def _finished(console: Console, event: TrialFinished) -> None:
         )
     records = study_records(event.study)
     attrs = event.study.user_attrs
-    front = pareto_front(records, objectives_of(attrs))
+    front = pareto_front(records, study_objectives(attrs))
     if front:
         best = front[0]
         console.print(
@@ -111,7 +104,7 @@ def print_front(
     console: Console, study: str, records: Sequence[TrialRecord], attrs: dict[str, Any],
     show_all: bool = False,
 ) -> None:  # fmt: skip
-    objectives = objectives_of(attrs)
+    objectives = study_objectives(attrs)
     front = pareto_front(records, objectives)
     base = baseline(records)
     marks = {t.number: "*" for t in front}

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from autotune.cli._common import cli_errors, console, open_store
-from autotune.cli._render import objectives_of, print_front
+from autotune.cli._render import print_front
 from autotune.export import export_trial
-from autotune.study import PICKS, pick
+from autotune.study import PICKS, pick, study_objectives
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
 RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
@@ -45,7 +45,7 @@ def export(
     with cli_errors():
         store = open_store(study, storage, root)
         attrs = store.study_attrs(study)
-        chosen = pick(store.trials(study), objectives_of(attrs), pick_rule, trial)
+        chosen = pick(store.trials(study), study_objectives(attrs), pick_rule, trial)
         how = f"trial {trial}" if trial is not None else f"pick {pick_rule}"
         done = export_trial(study, chosen, attrs, output, how)
         console.print(f"wrote {done.yaml_path} (trial {chosen.number}, {how})")

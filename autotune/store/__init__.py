@@ -18,7 +18,13 @@ from autotune.store._records import (
     TrialRecord,
     study_records,
 )
-from autotune.store._storage import StorageError, StudyStore, redact, storage_errors
+from autotune.store._storage import (
+    StorageError,
+    StudyStore,
+    default_storage_url,
+    redact,
+    storage_errors,
+)
 
 __all__ = [
     "CONFIG",
@@ -38,6 +44,7 @@ __all__ = [
     "StudyInfo",
     "StudyStore",
     "TrialRecord",
+    "default_storage_url",
     "redact",
     "storage_errors",
     "study_records",

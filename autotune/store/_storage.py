@@ -44,6 +44,11 @@ def storage_errors(url: str) -> Iterator[None]:
         raise StorageError(f"storage {redact(url)}: {first}") from exc
 
 
+def default_storage_url(root: Path, study: str) -> str:
+    """The default store of a study: `ROOT/STUDY/study.db`, beside its trial folders."""
+    return f"sqlite:///{(root / study / 'study.db').resolve()}"
+
+
 def redact(url: str) -> str:
     """The URL without its password."""
     try:

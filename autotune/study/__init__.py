@@ -18,6 +18,7 @@ from autotune.study._select import (
     knee,
     pareto_front,
     pick,
+    study_objectives,
 )
 
 __all__ = [
@@ -45,4 +46,5 @@ __all__ = [
     "objective_values",
     "pareto_front",
     "pick",
+    "study_objectives",
 ]

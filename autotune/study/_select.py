@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
+from autotune.spec import DEFAULT_OBJECTIVES
 from autotune.store import TrialRecord
 
 Pick = Literal["max-throughput", "min-ttft", "min-tpot", "knee"]
@@ -14,6 +15,12 @@ PICKS: tuple[str, ...] = ("max-throughput", "min-ttft", "min-tpot", "knee")
 
 class SelectionError(Exception):
     """No trial fits the request; the message says why."""
+
+
+def study_objectives(attrs: dict[str, Any]) -> list[tuple[str, str]]:
+    """A stored study's (metric, direction) objectives; the defaults if it names none."""
+    stored = attrs.get("objectives") or []
+    return [(o["metric"], o["direction"]) for o in stored] or list(DEFAULT_OBJECTIVES)
 
 
 def _dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,14 +13,9 @@ import httpx
 import pytest
 
 from autotune.bench import LoadProfile, RequestSpec, run_benchmark, summarize
+from autotune.engine import free_port
 
 FAKE_ENGINE = Path(__file__).resolve().parents[1] / "fake_engine.py"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 import yaml
 from typer.testing import Result
 
-from autotune.engine import free_port
+from autotune.engine import EngineConfig, LaunchSettings, launch
 from autotune.space import list_spaces
 from autotune.store import StudyStore
 
@@ -238,26 +234,10 @@ def test_spaces_validate_bad_file(cli: Invoke, tmp_path: Path) -> None:
 
 
 def test_bench_url(cli: Invoke, fake_engine: Path, tiny_model: Path, tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp_path / "engine.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, str(fake_engine), "--port", str(port)],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+    config = EngineConfig(model="fake")
+    settings = LaunchSettings(command=f"{sys.executable} {fake_engine}", startup_timeout_s=15)
+    with launch(config, settings, tmp_path / "engine") as engine:
+        url = engine.url
         out = tmp_path / "out.json"
         records = tmp_path / "requests.jsonl"
         result = cli(
@@ -266,13 +246,6 @@ def test_bench_url(cli: Invoke, fake_engine: Path, tiny_model: Path, tmp_path: P
             "--json", out, "--records", records,
         )  # fmt: skip
         assert result.exit_code == 0, result.output
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
     summary = json.loads(out.read_text())
     assert summary["output_throughput"] > 0
     assert summary["completed"] == 6 and summary["errors"] == 0
