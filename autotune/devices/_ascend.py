@@ -1,0 +1,134 @@
+"""What the plain `npu-smi info` table says about Ascend NPUs and the processes using them.
+
+The table (Atlas A2 / A3 hosts, npu-smi 24-26) gives per chip two rows,
+`| NPU  Name | Health | Power(W) Temp(C) Hugepages |` and
+`| Chip [Phy-ID] | Bus-Id | AICore(%) Memory-Usage(MB) HBM-Usage(MB) |`, then a process table
+`| NPU  Chip | Process id | Process name | Process memory(MB) [| Process id in container] |` in
+which an idle NPU has the line `No running processes found in NPU N`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from autotune.devices._records import MIB, DeviceMemory, DeviceProcess, SmiParseError
+
+NPU_SMI_INFO = ("npu-smi", "info")
+
+_NPU_ROW = re.compile(r"^(\d+)\s+(\S*[A-Za-z]\S*)$")  # "0     910B3"; a chip row is all digits
+_CHIP_ROW = re.compile(r"^(\d+)(?:\s+(\d+))?$")  # "0" (A2) or "1     15" (A3: chip, phy-id)
+_USAGE = re.compile(r"(\d+)\s*/\s*(\d+)")  # "3408 / 65536", "41052/ 65536"
+_IDLE = re.compile(r"No running processes found in NPU\s+(\d+)")
+
+
+@dataclass(frozen=True)
+class NpuDevice:
+    """One NPU chip: `npu` and `chip` as npu-smi numbers them, HBM in bytes.
+
+    On Atlas A3 each NPU has two chips and `phy_id` is the chip's physical id; on A2 there is one
+    chip (0) and no `phy_id`. Cards without an HBM column report their Memory-Usage instead.
+    """
+
+    npu: int
+    chip: int
+    name: str
+    health: str
+    bus_id: str
+    hbm_total_bytes: int
+    hbm_used_bytes: int
+    phy_id: int | None = None
+
+    @property
+    def device(self) -> str:
+        return f"npu:{self.npu}"
+
+    def memory(self) -> DeviceMemory:
+        free = self.hbm_total_bytes - self.hbm_used_bytes
+        return DeviceMemory(self.device, self.hbm_total_bytes, free)
+
+
+@dataclass(frozen=True)
+class NpuSmiInfo:
+    """The parsed `npu-smi info`: chips, processes (device `npu:ID`), NPUs reported idle."""
+
+    devices: list[NpuDevice] = field(default_factory=list)
+    processes: list[DeviceProcess] = field(default_factory=list)
+    idle_npus: list[int] = field(default_factory=list)
+
+
+def parse_npu_smi_info(text: str) -> NpuSmiInfo:
+    """Parse the plain `npu-smi info` table. Raises SmiParseError if it lists no NPU."""
+    info = NpuSmiInfo()
+    in_processes = False
+    has_container_pid = False
+    pending: tuple[int, str, str] | None = None  # the NPU row waiting for its chip row
+    for line in text.splitlines():
+        cells = _cells(line)
+        if not cells:
+            continue
+        if "Process id" in line and "Process name" in line:
+            in_processes = True
+            has_container_pid = "in container" in line
+        elif in_processes:
+            _process_row(cells, has_container_pid, info)
+        elif (match := _NPU_ROW.match(cells[0])) and len(cells) >= 2:
+            pending = (int(match[1]), match[2], cells[1])
+        elif pending and (match := _CHIP_ROW.match(cells[0])) and len(cells) >= 3:
+            info.devices.append(_device(pending, match, cells))
+            pending = None
+    if not info.devices:
+        raise SmiParseError("npu-smi info lists no NPU")
+    return info
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of a `| a | b |` table row; [] for borders and other lines."""
+    stripped = line.strip()
+    if not stripped.startswith("|"):
+        return []
+    return [cell.strip() for cell in stripped.strip("|").split("|")]
+
+
+def _device(npu_row: tuple[int, str, str], chip: re.Match[str], cells: list[str]) -> NpuDevice:
+    npu, name, health = npu_row
+    usages = _USAGE.findall(cells[2])
+    if not usages:
+        raise SmiParseError(f"no memory usage in the chip row of NPU {npu}: {cells!r}")
+    used, total = usages[-1]  # HBM-Usage is the last column; Memory-Usage (DDR) comes before it
+    return NpuDevice(
+        npu=npu,
+        chip=int(chip[1]),
+        phy_id=int(chip[2]) if chip[2] is not None else None,
+        name=name,
+        health=health,
+        bus_id=cells[1],
+        hbm_total_bytes=int(total) * MIB,
+        hbm_used_bytes=int(used) * MIB,
+    )
+
+
+def _process_row(cells: list[str], has_container_pid: bool, info: NpuSmiInfo) -> None:
+    if idle := _IDLE.search(cells[0]):
+        info.idle_npus.append(int(idle[1]))
+        return
+    ids = _CHIP_ROW.match(cells[0])
+    if ids is None or len(cells) < 4:
+        return  # the header's second line, or something this parser does not know
+    try:
+        pid = int(cells[1])
+        used_bytes = int(cells[3]) * MIB
+    except ValueError as err:
+        raise SmiParseError(f"unreadable process row: {cells!r}") from err
+    container_pid = None
+    if has_container_pid and len(cells) >= 5 and cells[4].isdigit():
+        container_pid = int(cells[4])
+    info.processes.append(
+        DeviceProcess(
+            device=f"npu:{ids[1]}",
+            pid=pid,
+            used_bytes=used_bytes,
+            name=cells[2],
+            container_pid=container_pid,
+        )
+    )

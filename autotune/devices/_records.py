@@ -1,0 +1,44 @@
+"""The records every device reader returns: memory of one device, a process holding one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1 << 20  # nvidia-smi reports MiB; npu-smi's "MB" columns are MiB too (HBM 65536 = 64 GiB)
+
+
+class SmiParseError(ValueError):
+    """A device tool printed something its parser does not understand."""
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Memory of one device, in bytes.
+
+    `device` names it the way the tuner does: `cpu:node0`, `cuda:0` (the index nvidia-smi
+    shows, not one relative to CUDA_VISIBLE_DEVICES), `npu:3` (the NPU id npu-smi shows).
+    """
+
+    device: str
+    total_bytes: int
+    available_bytes: int
+
+
+@dataclass(frozen=True)
+class DeviceProcess:
+    """A process that holds memory on a device, as the device tool reports it.
+
+    `pid` is the pid the tool reports (the host's); `container_pid` is the pid inside a
+    container where the tool reports one (npu-smi's `Process id in container`), else None.
+    `used_bytes` is None where the tool cannot tell (`[N/A]`).
+    """
+
+    device: str
+    pid: int
+    used_bytes: int | None
+    name: str = ""
+    container_pid: int | None = None
+
+    def is_one_of(self, pids: frozenset[int]) -> bool:
+        """Whether this is one of `pids`, by host pid or by pid inside its container."""
+        return self.pid in pids or (self.container_pid is not None and self.container_pid in pids)
