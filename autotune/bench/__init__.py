@@ -2,6 +2,7 @@
 records and their aggregation. Metric definitions: docs/metrics.md."""
 
 from autotune.bench._client import LoadClient, OpenAICompletionsClient, StreamError, run_benchmark
+from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
 from autotune.bench._load import LoadProfile
 from autotune.bench._metrics import METRIC_NAMES, Stats, Summary, percentile, summarize
 from autotune.bench._records import RequestRecord, read_records, write_records
@@ -17,6 +18,10 @@ from autotune.bench._workload import (
 
 __all__ = [
     "METRIC_NAMES",
+    "Abort",
+    "AbortKind",
+    "BenchmarkAborted",
+    "Guard",
     "JsonlWorkload",
     "LoadClient",
     "LoadProfile",

@@ -8,11 +8,12 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Protocol
 
 import httpx
 
+from autotune.bench._guard import Abort, BenchmarkAborted, Guard
 from autotune.bench._http import AiohttpLines, HTTPStreamError, HttpxLines, LineStream
 from autotune.bench._load import LoadProfile
 from autotune.bench._records import RequestRecord
@@ -30,7 +31,9 @@ class LoadClient(Protocol):
     Contract: `warmup` requests are sent first under the same profile, awaited, and left out
     of the result; the result holds one record per request of `requests`, in their order
     (`record.index` is the position); a failed request becomes a record with `error` set, and
-    `run` never raises for a request's failure.
+    `run` never raises for a request's failure. With a `guard`, the run stops as soon as the
+    guard says so (a dead engine, a hang, an overrun) and raises `BenchmarkAborted` holding the
+    records so far, unfinished requests errored.
     """
 
     async def run(
@@ -39,6 +42,7 @@ class LoadClient(Protocol):
         profile: LoadProfile,
         *,
         warmup: Sequence[RequestSpec] = (),
+        guard: Guard | None = None,
     ) -> list[RequestRecord]: ...
 
 
@@ -141,6 +145,9 @@ class OpenAICompletionsClient:
         self._clock = clock
         self._transport = transport
         self._sleep = sleep
+        self._in_flight = 0
+        self._last_progress = 0.0
+        self._aborted_records: list[RequestRecord] = []
 
     async def run(
         self,
@@ -148,17 +155,51 @@ class OpenAICompletionsClient:
         profile: LoadProfile,
         *,
         warmup: Sequence[RequestSpec] = (),
+        guard: Guard | None = None,
     ) -> list[RequestRecord]:
         http = self._open(profile.request_timeout_s)
+        started = self._clock()
         try:
             if warmup:
-                warm = await self._run_all(http, warmup, profile)
+                warm = await self._guarded(http, warmup, profile, guard, started)
                 failed = sum(not record.ok for record in warm)
                 if failed:
                     logger.warning("%d of %d warm-up requests failed", failed, len(warm))
-            return await self._run_all(http, requests, profile)
+            return await self._guarded(http, requests, profile, guard, started)
         finally:
             await http.close()
+
+    async def _guarded(
+        self,
+        http: LineStream,
+        requests: Sequence[RequestSpec],
+        profile: LoadProfile,
+        guard: Guard | None,
+        started: float,
+    ) -> list[RequestRecord]:
+        """Run `requests`; with a guard, stop them all the moment it reports an abort."""
+        if guard is None:
+            return await self._run_all(http, requests, profile)
+        self._in_flight, self._last_progress = 0, self._clock()
+        run = asyncio.ensure_future(self._run_all(http, requests, profile))
+        watch = asyncio.ensure_future(self._watch(guard, started))
+        await asyncio.wait((run, watch), return_when=asyncio.FIRST_COMPLETED)
+        if run.done():
+            watch.cancel()
+            return run.result()
+        abort: Abort = watch.result()
+        run.cancel()  # every request task records itself as aborted, see `_run_all`
+        with suppress(asyncio.CancelledError):
+            await run
+        records = self._aborted_records if run.cancelled() else run.result()
+        raise BenchmarkAborted(abort, records)
+
+    async def _watch(self, guard: Guard, started: float) -> Abort:
+        while True:
+            await asyncio.sleep(guard.interval_s)
+            abort = guard.check(self._clock(), started, self._last_progress, self._in_flight)
+            if abort is not None:
+                return abort
 
     def _open(self, request_timeout_s: float) -> LineStream:
         if self._transport is not None:
@@ -171,16 +212,27 @@ class OpenAICompletionsClient:
         gate = asyncio.Semaphore(profile.concurrency) if profile.concurrency else None
 
         async def one(index: int, spec: RequestSpec, offset: float) -> RequestRecord:
-            if offset > 0:
-                await self._sleep(offset)
-            if gate is None:
-                return await self._send(http, index, spec, profile.request_timeout_s)
-            async with gate:
-                return await self._send(http, index, spec, profile.request_timeout_s)
+            try:
+                if offset > 0:
+                    await self._sleep(offset)
+                if gate is None:
+                    return await self._send(http, index, spec, profile.request_timeout_s)
+                async with gate:
+                    return await self._send(http, index, spec, profile.request_timeout_s)
+            except asyncio.CancelledError:
+                now = self._clock()
+                return _Stream().record(index, spec, now, now, "aborted before it was sent")
 
         offsets = profile.arrival_offsets(len(requests))
         pairs = enumerate(zip(requests, offsets, strict=True))
-        return list(await asyncio.gather(*(one(i, spec, offset) for i, (spec, offset) in pairs)))
+        tasks = [asyncio.ensure_future(one(i, spec, off)) for i, (spec, off) in pairs]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except asyncio.CancelledError:
+            # Aborted by the guard: each task has turned its cancellation into a record.
+            await asyncio.wait(tasks)
+            self._aborted_records = [task.result() for task in tasks]
+            raise
 
     async def _send(
         self, http: LineStream, index: int, spec: RequestSpec, timeout_s: float
@@ -188,6 +240,9 @@ class OpenAICompletionsClient:
         stream = _Stream()
         error: str | None = None
         send_time = self._clock()
+        if not self._in_flight:
+            self._last_progress = send_time  # an idle gap is not a hang
+        self._in_flight += 1
         try:
             async with asyncio.timeout(timeout_s):
                 await self._stream(http, spec, stream)
@@ -195,6 +250,10 @@ class OpenAICompletionsClient:
             error = f"timeout after {timeout_s:g} s"
         except (HTTPStreamError, StreamError, OSError, ValueError) as exc:
             error = f"{type(exc).__name__}: {exc}"
+        except asyncio.CancelledError:
+            error = "aborted while streaming"
+        finally:
+            self._in_flight -= 1
         end_time = self._clock()
         if error is None and not stream.token_times:
             error = "stream ended without tokens"
@@ -215,7 +274,9 @@ class OpenAICompletionsClient:
         }
         async with http.post_lines("/v1/completions", body) as lines:
             async for line in lines:
-                stream.feed(line, self._clock())
+                now = self._clock()
+                self._last_progress = now
+                stream.feed(line, now)
 
 
 def run_benchmark(
@@ -227,15 +288,18 @@ def run_benchmark(
     *,
     clock: Clock = time.perf_counter,
     transport: httpx.AsyncBaseTransport | None = None,
+    guard: Guard | None = None,
 ) -> list[RequestRecord]:
     """Run warm-up then measured requests against `base_url`; one record per measured request.
+
+    With a `guard`, raises `BenchmarkAborted` the moment it trips (see `LoadClient`).
 
     The garbage collector is paused for the run: a full collection over a large heap stalls the
     event loop for long enough that whole streams are read, and stamped, at once.
     """
     client = OpenAICompletionsClient(base_url, model, clock=clock, transport=transport)
     with _gc_paused():
-        return asyncio.run(client.run(requests, profile, warmup=warmup))
+        return asyncio.run(client.run(requests, profile, warmup=warmup, guard=guard))
 
 
 @contextmanager

@@ -10,7 +10,16 @@ from typing import Any
 import httpx
 import pytest
 
-from autotune.bench import LoadProfile, OpenAICompletionsClient, RequestSpec, run_benchmark
+from autotune.bench import (
+    Abort,
+    AbortKind,
+    BenchmarkAborted,
+    Guard,
+    LoadProfile,
+    OpenAICompletionsClient,
+    RequestSpec,
+    run_benchmark,
+)
 
 DONE = b"data: [DONE]\n\n"
 SPEC = RequestSpec([1, 2, 3], 3)
@@ -240,3 +249,84 @@ def test_malformed_payloads_become_error_records() -> None:
     for bad in (b"data: {oops\n\n", b"data: [1]\n\n", b'data: {"choices": ["x"]}\n\n'):
         record = run_one(lambda _, bad=bad: httpx.Response(200, content=bad + DONE), FakeClock())
         assert "StreamError" in str(record.error)
+
+
+class Stalling(httpx.AsyncByteStream):
+    """One token, then silence (a hung engine keeps the connection open)."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield event("a")
+        await asyncio.sleep(30)
+
+
+def run_guarded(guard: Guard, n: int = 4, stream: type = Stalling) -> BenchmarkAborted:
+    import time
+
+    specs = [RequestSpec([1, 2, 3], 3)] * n
+    started = time.monotonic()
+    with pytest.raises(BenchmarkAborted) as caught:
+        run_benchmark(
+            "http://engine:8000",
+            "tiny",
+            [],
+            specs,
+            LoadProfile(concurrency=2),
+            clock=time.monotonic,
+            transport=httpx.MockTransport(lambda _: httpx.Response(200, stream=stream())),
+            guard=guard,
+        )
+    caught.value.elapsed = time.monotonic() - started  # type: ignore[attr-defined]
+    return caught.value
+
+
+def test_guard_notices_a_hang_by_lack_of_tokens() -> None:
+    aborted = run_guarded(Guard(hang_s=0.3, interval_s=0.05))
+    assert aborted.abort.kind is AbortKind.HANG
+    assert "no token streamed" in aborted.abort.reason
+    assert aborted.elapsed < 2  # type: ignore[attr-defined]
+    # Every request has a record: two were streaming, two never sent.
+    errors = sorted(str(r.error) for r in aborted.records)
+    assert errors == ["aborted before it was sent"] * 2 + ["aborted while streaming"] * 2
+    assert [r.index for r in aborted.records] == [0, 1, 2, 3]
+
+
+def test_guard_probe_stops_the_run_when_the_engine_dies() -> None:
+    calls = {"n": 0}
+
+    def probe() -> str | None:
+        calls["n"] += 1
+        return "engine exited (code -9)" if calls["n"] >= 3 else None
+
+    aborted = run_guarded(Guard(probe=probe, interval_s=0.05))
+    assert aborted.abort == Abort(AbortKind.ENGINE, "engine exited (code -9)")
+    assert aborted.elapsed < 2  # type: ignore[attr-defined]
+
+
+def test_guard_deadline_bounds_the_whole_run() -> None:
+    aborted = run_guarded(Guard(deadline_s=0.3, interval_s=0.05))
+    assert aborted.abort.kind is AbortKind.DEADLINE
+
+
+def test_guard_lets_a_healthy_run_finish() -> None:
+    clock = FakeClock()
+    script = [(0.01, event("a")), (0.01, event("b", usage(3, 2))), (0.0, DONE)]
+    records = run_benchmark(
+        "http://engine:8000",
+        "tiny",
+        [SPEC],
+        [SPEC, SPEC],
+        ONE_AT_A_TIME,
+        clock=clock,
+        transport=httpx.MockTransport(
+            lambda _: httpx.Response(200, stream=ScriptedStream(clock, list(script)))
+        ),
+        guard=Guard(probe=lambda: None, hang_s=5, deadline_s=60, interval_s=0.01),
+    )
+    assert [r.ok for r in records] == [True, True]
+
+
+def test_idle_gaps_between_arrivals_are_not_a_hang() -> None:
+    """With no request in flight, silence is the load's doing, not the engine's."""
+    guard = Guard(hang_s=0.1)
+    assert guard.check(now=10.0, started=0.0, last_progress=0.0, in_flight=0) is None
+    assert guard.check(now=10.0, started=0.0, last_progress=0.0, in_flight=1) is not None
