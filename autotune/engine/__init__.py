@@ -10,7 +10,15 @@ from autotune.engine._args import (
 )
 from autotune.engine._config import EngineConfig
 from autotune.engine._facts import EngineFacts, parse_facts
-from autotune.engine._failures import PATTERNS, Failure, FailureKind, classify_log
+from autotune.engine._failures import (
+    FATAL_OVERLAP,
+    PATTERNS,
+    Failure,
+    FailureKind,
+    classify_exit,
+    classify_log,
+    fatal_failure,
+)
 from autotune.engine._launcher import (
     DEFAULT_COMMAND,
     EngineError,
@@ -21,6 +29,7 @@ from autotune.engine._launcher import (
     default_cores,
     group_members,
     launch,
+    reap_stale_engine,
     resolve_env,
     terminate_group,
 )
@@ -36,6 +45,7 @@ from autotune.engine._ports import free_port, port_is_free
 
 __all__ = [
     "DEFAULT_COMMAND",
+    "FATAL_OVERLAP",
     "PATTERNS",
     "EngineConfig",
     "EngineError",
@@ -46,10 +56,12 @@ __all__ = [
     "RunningEngine",
     "TeardownError",
     "build_command",
+    "classify_exit",
     "classify_log",
     "cli_flag",
     "default_cores",
     "env_file_text",
+    "fatal_failure",
     "free_port",
     "from_yaml_dict",
     "group_members",
@@ -60,6 +72,7 @@ __all__ = [
     "option_argv",
     "parse_facts",
     "port_is_free",
+    "reap_stale_engine",
     "resolve_env",
     "suggest_option",
     "terminate_group",

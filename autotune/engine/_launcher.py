@@ -1,12 +1,18 @@
 """Launch a vLLM OpenAI server for one trial and tear it down, whatever happens.
 
 The engine runs in a new session (its own process group) on a free loopback port, with its log
-in the trial folder. Readiness polls `/health` and notices a dead process at once. Teardown ends
-the whole process group, then every recorded descendant, and checks that none survives.
+in the trial folder. Readiness polls `/health` and notices a dead process, or a fatal line in
+its log, at once. Teardown ends the whole process group, then every recorded descendant, checks
+that none survives, removes the shared memory they leaked, and (on GPU/NPU hosts) waits until
+the devices no longer hold their memory. The engine is also told to stop if the tuner dies
+(parent-death signal), and its process group is written to `engine.pid` so that a resumed
+study can end an engine that a killed tuner left behind.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import logging
 import os
 import shlex
@@ -22,11 +28,19 @@ from pathlib import Path
 import httpx
 import psutil
 
+from autotune.devices import wait_released
 from autotune.engine._args import env_file_text, to_yaml_text
+from autotune.engine._cleanup import remove_leaked_shm, shm_used_by
 from autotune.engine._config import EngineConfig
 from autotune.engine._facts import EngineFacts, read_facts
-from autotune.engine._failures import Failure, FailureKind, classify_log
-from autotune.engine._ports import free_port
+from autotune.engine._failures import (
+    FATAL_OVERLAP,
+    Failure,
+    FailureKind,
+    classify_exit,
+    fatal_failure,
+)
+from autotune.engine._ports import free_port, wait_port_free
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +74,30 @@ class LaunchSettings:
     cores: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     port_retries: int = 3
+    # After a fatal log line, how long the engine may take to exit and finish its log.
+    fatal_grace_s: float = 2.0
+    # cpu | cuda | ascend: on cuda and ascend, teardown waits for the devices' memory.
+    platform: str = "cpu"
+    release_timeout_s: float = 120.0
+
+
+class LogWatch:
+    """Reads what an engine appended to its log since the last look, for fatal lines."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def fatal(self) -> Failure | None:
+        try:
+            with open(self.path, "rb") as log:
+                start = max(0, self.offset - FATAL_OVERLAP)  # a cut line is read whole
+                log.seek(start)
+                data = log.read()
+        except OSError:
+            return None
+        self.offset = start + len(data)
+        return fatal_failure(data.decode(errors="replace")) if data else None
 
 
 @dataclass
@@ -72,13 +110,30 @@ class RunningEngine:
     log_path: Path
     startup_s: float
     facts: EngineFacts
+    watch: LogWatch
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def failure(self, default: FailureKind = FailureKind.CRASH) -> Failure:
-        """Classify why this engine died (read from its log)."""
-        return classify_log(_read(self.log_path), default)
+    def probe(self) -> str | None:
+        """Why the engine is gone or going (exit, or a fatal line in its log); None if healthy.
+
+        Cheap enough to call several times a second: it reads only the log's new text.
+        """
+        code = self.process.poll()
+        if code is not None:
+            return f"engine exited with code {code}"
+        fatal = self.watch.fatal()
+        return None if fatal is None else f"engine log: {fatal.reason}"
+
+    def failure(self, default: FailureKind = FailureKind.CRASH, grace_s: float = 2.0) -> Failure:
+        """Classify why this engine died, from its exit status and its log.
+
+        A dying engine may still be writing the root cause: wait up to `grace_s` for it to exit.
+        """
+        with suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=grace_s)
+        return classify_exit(self.process.poll(), _read(self.log_path), default)
 
 
 def build_command(settings: LaunchSettings, config_path: Path, port: int) -> list[str]:
@@ -170,13 +225,16 @@ def launch(
         log_path = trial_dir / ("engine.log" if attempt == 0 else f"engine.{attempt}.log")
         argv = build_command(settings, config_path, port)
         started = clock()
-        with _spawn(argv, env, log_path, settings.stop_timeout_s) as process:
-            failure = _wait_ready(process, settings, port, log_path, started, clock)
+        with _spawn(argv, env, log_path, settings, port) as spawned:
+            process = spawned.process
+            watch = LogWatch(log_path)
+            failure = _wait_ready(process, settings, port, watch, started, clock)
             startup_s = clock() - started
             if failure is None:
+                spawned.note_shared_memory()  # the engine's queues exist once it is ready
                 url = f"http://{settings.host}:{port}"
                 facts = read_facts(_read(log_path), url)
-                yield RunningEngine(url, port, process, log_path, startup_s, facts)
+                yield RunningEngine(url, port, process, log_path, startup_s, facts, watch)
                 return
         if failure.kind is not FailureKind.PORT_IN_USE:
             raise EngineError(failure, startup_s)
@@ -184,40 +242,142 @@ def launch(
     raise EngineError(failure or Failure(FailureKind.PORT_IN_USE, "no free port"), startup_s)
 
 
+PID_FILE = "engine.pid"
+
+
+@dataclass
+class _Spawned:
+    """A started engine process and the shared memory its tree was seen using."""
+
+    process: subprocess.Popen[bytes]
+    shared: set[Path] = field(default_factory=set)
+
+    def tree(self) -> list[psutil.Process]:
+        tree = _tree(self.process.pid)
+        return tree + [p for p in group_members(self.process.pid) if p not in tree]
+
+    def note_shared_memory(self, tree: list[psutil.Process] | None = None) -> None:
+        self.shared |= shm_used_by(p.pid for p in (self.tree() if tree is None else tree))
+
+
 @contextmanager
 def _spawn(
-    argv: list[str], env: dict[str, str], log_path: Path, stop_timeout_s: float
-) -> Iterator[subprocess.Popen[bytes]]:
+    argv: list[str], env: dict[str, str], log_path: Path, settings: LaunchSettings, port: int
+) -> Iterator[_Spawned]:
     logger.info("starting engine: %s", shlex.join(argv))
     with open(log_path, "ab") as log:
         log.write(f"$ {shlex.join(argv)}\n".encode())
         log.flush()
         process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,
+            env=env, start_new_session=True, preexec_fn=_stop_with_parent,
         )  # fmt: skip
+    pid_file = log_path.parent / PID_FILE
+    _write_pid_file(pid_file, process.pid)
+    spawned = _Spawned(process)
     try:
-        yield process
+        yield spawned
     finally:
-        terminate_group(process, stop_timeout_s)
+        tree = spawned.tree()
+        spawned.note_shared_memory(tree)
+        terminate_group(process, settings.stop_timeout_s, tree)  # raises if any survived
+        remove_leaked_shm(spawned.shared)
+        pid_file.unlink(missing_ok=True)  # kept when teardown failed: a resume reaps the group
+        _wait_released(settings, [p.pid for p in tree])
+        if not wait_port_free(port, settings.host, timeout_s=5):
+            logger.warning("port %d is still bound after the engine's teardown", port)
+
+
+def _wait_released(settings: LaunchSettings, pids: list[int]) -> None:
+    """On GPU/NPU hosts, return once no device holds memory for the engine's processes."""
+    result = wait_released(settings.platform, pids, None, settings.release_timeout_s)
+    if not result.released:
+        holders = ", ".join(f"pid {h.pid} on {h.device}" for h in result.holders)
+        raise TeardownError(
+            f"device memory still held {settings.release_timeout_s:.0f} s after teardown "
+            f"({holders})"
+        )
+    if result.waited_s > 1:
+        logger.info("devices released the engine's memory after %.1f s", result.waited_s)
+
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def _stop_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to send SIGTERM to the engine when the tuner dies, even by SIGKILL."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _write_pid_file(path: Path, pid: int) -> None:
+    try:
+        created = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return
+    path.write_text(json.dumps({"pgid": pid, "create_time": created}))
+
+
+def reap_stale_engine(trial_dir: Path, stop_timeout_s: float = 20.0) -> bool:
+    """End the engine that a killed tuner left running for `trial_dir`, if any.
+
+    The process group recorded in `engine.pid` is ended only if its leader is still the process
+    that was started (same creation time), so a reused pid is never signalled.
+    """
+    pid_file = trial_dir / PID_FILE
+    try:
+        record = json.loads(pid_file.read_text())
+        leader = psutil.Process(int(record["pgid"]))
+        same = abs(leader.create_time() - float(record["create_time"])) < 0.01
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        pid_file.unlink(missing_ok=True)
+        return False
+    if not same:
+        pid_file.unlink(missing_ok=True)
+        return False
+    logger.warning("ending engine %d left running by an earlier tuner", leader.pid)
+    tree = [leader, *_children(leader)]
+    shared = shm_used_by(p.pid for p in tree)
+    _signal_group(leader.pid, signal.SIGTERM)
+    _, alive = psutil.wait_procs(tree, timeout=stop_timeout_s)
+    _signal_group(leader.pid, signal.SIGKILL)
+    for proc in alive:
+        _kill(proc)
+    psutil.wait_procs(alive, timeout=5)
+    remove_leaked_shm(shared)
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+def _children(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return list(proc.children(recursive=True))
+    except psutil.Error:
+        return []
 
 
 def _wait_ready(
     process: subprocess.Popen[bytes],
     settings: LaunchSettings,
     port: int,
-    log_path: Path,
+    watch: LogWatch,
     started: float,
     clock: Callable[[], float],
 ) -> Failure | None:
-    """None once `/health` answers 200; the failure if the engine dies or the deadline passes."""
+    """None once `/health` answers 200; the failure as soon as the engine exits or logs a fatal
+    error, or when the deadline passes."""
     url = f"http://{settings.host}:{port}/health"
     with httpx.Client(timeout=2.0) as client:
         while True:
             if process.poll() is not None:
-                return classify_log(_read(log_path), FailureKind.CRASH)
+                return classify_exit(process.poll(), _read(watch.path), FailureKind.CRASH)
+            if watch.fatal() is not None:
+                with suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=settings.fatal_grace_s)  # let it finish its log
+                return classify_exit(process.poll(), _read(watch.path), FailureKind.CRASH)
             if clock() - started > settings.startup_timeout_s:
-                failure = classify_log(_read(log_path), FailureKind.STARTUP_TIMEOUT)
+                failure = classify_exit(None, _read(watch.path), FailureKind.STARTUP_TIMEOUT)
                 reason = f"not ready after {settings.startup_timeout_s:.0f} s"
                 return Failure(FailureKind.STARTUP_TIMEOUT, reason, failure.log_tail)
             try:
@@ -228,30 +388,50 @@ def _wait_ready(
             time.sleep(settings.poll_interval_s)
 
 
-def terminate_group(process: subprocess.Popen[bytes], stop_timeout_s: float) -> None:
+def terminate_group(
+    process: subprocess.Popen[bytes],
+    stop_timeout_s: float,
+    tree: list[psutil.Process] | None = None,
+) -> None:
     """End the engine's whole process tree and check that nothing survived.
 
-    SIGTERM to the group first (vLLM shuts its workers down cleanly), SIGKILL after the
-    timeout, then SIGKILL to any recorded descendant that left the group.
+    SIGTERM to the group first, and time for every member to exit (vLLM's engine core and
+    workers shut down cleanly and unlink their shared memory, even when the server itself is
+    already dead); SIGKILL to the group and to any recorded descendant that left it after
+    `stop_timeout_s`; then wait until every one of them is gone.
     """
     pgid = process.pid
-    tree = _tree(process.pid)
+    tree = _tree(process.pid) if tree is None else tree
     _signal_group(pgid, signal.SIGTERM)
-    try:
+    others = _unique([p for p in tree if p.pid != pgid] + group_members(pgid), exclude=pgid)
+    deadline = time.monotonic() + stop_timeout_s
+    with suppress(subprocess.TimeoutExpired):
         process.wait(timeout=stop_timeout_s)
-    except subprocess.TimeoutExpired:
+    _, alive = psutil.wait_procs(others, timeout=max(0.0, deadline - time.monotonic()))
+    if process.poll() is None or alive:
         logger.warning("engine %d ignored SIGTERM for %.0f s; killing", pgid, stop_timeout_s)
     _signal_group(pgid, signal.SIGKILL)
-    if process.poll() is None:
-        process.wait(timeout=10)
-    _, alive = psutil.wait_procs(tree, timeout=stop_timeout_s)
     for proc in alive:
         _kill(proc)
-    _, alive = psutil.wait_procs(alive, timeout=5)
-    survivors = alive + group_members(pgid)
+    if process.poll() is None:
+        process.wait(timeout=10)
+    _, alive = psutil.wait_procs(alive, timeout=10)
+    late = group_members(pgid)  # started after the first look, or slow to die
+    for proc in late:
+        _kill(proc)
+    _, late = psutil.wait_procs(late, timeout=5)
+    survivors = alive + late
     if survivors:
         pids = sorted({p.pid for p in survivors})
         raise TeardownError(f"engine processes survived teardown: {pids}")
+
+
+def _unique(procs: list[psutil.Process], exclude: int) -> list[psutil.Process]:
+    seen: dict[int, psutil.Process] = {}
+    for proc in procs:
+        if proc.pid != exclude:
+            seen.setdefault(proc.pid, proc)
+    return list(seen.values())
 
 
 def group_members(pgid: int) -> list[psutil.Process]:

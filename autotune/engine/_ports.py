@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -20,4 +21,14 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
             sock.bind((host, port))
         except OSError:
             return False
+    return True
+
+
+def wait_port_free(port: int, host: str, timeout_s: float) -> bool:
+    """Wait until `port` can be bound again; False if it is still taken after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not port_is_free(port, host):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
     return True

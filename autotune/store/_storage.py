@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ from autotune.store._records import StudyInfo, TrialRecord, study_records
 logger = logging.getLogger(__name__)
 
 Direction = Literal["maximize", "minimize"]
+SQLITE_TIMEOUT_S = 30.0  # how long a write waits for a locked SQLite file
 
 
 class StorageError(Exception):
@@ -39,9 +41,24 @@ def storage_errors(url: str) -> Iterator[None]:
         ValueError,
         RuntimeError,
     ) as exc:
-        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        detail = str(_root_cause(exc)).strip().splitlines()
         first = detail[0] if detail else type(exc).__name__
         raise StorageError(f"storage {redact(url)}: {first}") from exc
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The database driver's own error under Optuna's and SQLAlchemy's wrappers (Optuna
+    reports a locked SQLite file as "invalid data in the commit")."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    found: BaseException = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        orig = getattr(current, "orig", None)
+        if isinstance(orig, BaseException):
+            found = orig
+        current = current.__cause__ or current.__context__
+    return found
 
 
 def default_storage_url(root: Path, study: str) -> str:
@@ -69,8 +86,15 @@ class StudyStore:
             if not create and not path.is_file():
                 raise StorageError(f"no study database at {path}")
             path.parent.mkdir(parents=True, exist_ok=True)
+        engine_kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            # Wait out another process's write (a second tuner, `show`) instead of failing.
+            timeout = float(os.environ.get("AUTOTUNE_SQLITE_TIMEOUT_S", SQLITE_TIMEOUT_S))
+            engine_kwargs["connect_args"] = {"timeout": timeout}
         with storage_errors(url):
-            self.storage: BaseStorage = RDBStorage(url, skip_compatibility_check=False)
+            self.storage: BaseStorage = RDBStorage(
+                url, engine_kwargs=engine_kwargs, skip_compatibility_check=False
+            )
 
     def create_or_load(
         self, name: str, directions: Sequence[str], sampler: optuna.samplers.BaseSampler

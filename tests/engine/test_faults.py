@@ -1,0 +1,218 @@
+"""Fault injection on one trial: a misbehaving fake engine run as a real process tree.
+
+Each test checks what a user relies on: the failure is named and noticed at once, the whole
+tree is gone afterwards, its shared memory is removed and its port is free again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from autotune.bench import LoadProfile, RequestSpec
+from autotune.engine import (
+    EngineConfig,
+    EngineError,
+    FailureKind,
+    LaunchSettings,
+    launch,
+    port_is_free,
+)
+from autotune.engine._launcher import PID_FILE, _write_pid_file, reap_stale_engine
+from autotune.study import Measurement, Workplan, measure
+
+FAKE_ENGINE = Path(__file__).resolve().parents[1] / "fake_engine.py"
+FAKE_COMMAND = "{python} " + shlex.quote(str(FAKE_ENGINE))
+CONFIG = EngineConfig(model="tiny", served_model_name="tiny-served", args={"max_num_seqs": 4})
+
+
+def settings(tmp_path: Path, **kwargs: Any) -> LaunchSettings:
+    values: dict[str, Any] = {
+        "command": FAKE_COMMAND,
+        "cache_dir": tmp_path / "cache",
+        "startup_timeout_s": 20.0,
+        "stop_timeout_s": 5.0,
+        "poll_interval_s": 0.05,
+        "extra_env": {"FAKE_ENGINE_STARTUP_S": "0.1"},
+    }
+    return LaunchSettings(**{**values, **kwargs})
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and any(text in a for a in proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+REQUESTS = [RequestSpec([1, 2, 3, 4], 32) for _ in range(40)]
+PLAN = Workplan([], REQUESTS, LoadProfile(concurrency=8), {}, hang_s=1.0, deadline_s=60.0)
+
+
+def shm_names(log: str) -> list[str]:
+    return re.findall(r"shared memory (\S+)", log)
+
+
+def run_trial(tmp_path: Path, **env: str) -> tuple[Measurement, Path]:
+    trial = tmp_path / "trial"
+    extra = {"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_STEP_S": "0.01", **env}
+    result = measure(CONFIG, trial, PLAN, settings(tmp_path, extra_env=extra))
+    return result, trial
+
+
+def assert_cleared(trial: Path, port_hint: str) -> None:
+    assert processes_mentioning(str(trial)) == []
+    for name in shm_names((trial / "engine.log").read_text()):
+        assert not Path("/dev/shm", name).exists(), f"leaked shared memory {name}"
+    assert not (trial / PID_FILE).exists()
+    port = int(re.search(r"--port (\d+)", port_hint).group(1))  # type: ignore[union-attr]
+    assert port_is_free(port)
+
+
+def test_engine_killed_mid_benchmark_is_noticed_within_two_seconds(tmp_path: Path) -> None:
+    result, trial = run_trial(tmp_path, FAKE_ENGINE_DIE_AFTER="150", FAKE_ENGINE_CHILD="1")
+    log = (trial / "engine.log").read_text()
+
+    assert result.status == FailureKind.CRASH
+    assert "SIGKILL" in result.reason
+    died_at = float(re.search(r"SIGKILL at ([\d.]+)", log).group(1))  # type: ignore[union-attr]
+    noticed = result.engine["abort"]
+    assert noticed["kind"] == "engine"
+    assert 0 <= noticed["noticed_unix"] - died_at < 2.0
+    # Unfinished requests are recorded as errors; the trial folder keeps what was measured.
+    lines = (trial / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == len(REQUESTS)
+    errors = [json.loads(line)["error"] for line in lines]
+    assert None in errors and any(errors)  # some finished before the death, the rest failed
+    # The engine's child held shared memory; SIGKILL left it behind, teardown removed it.
+    assert shm_names(log), "the fake engine core maps a segment"
+    assert_cleared(trial, log.splitlines()[0])
+    assert json.loads((trial / "measurement.json").read_text())["status"] == "crash"
+
+
+def test_engine_that_hangs_mid_stream_is_a_hang(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result, trial = run_trial(tmp_path, FAKE_ENGINE_HANG_AFTER="100", FAKE_ENGINE_CHILD="1")
+    assert result.status == FailureKind.HANG
+    assert "no token streamed for" in result.reason
+    assert time.monotonic() - started < 15  # hang_s is 1 s: not the 300 s request timeout
+    assert_cleared(trial, (trial / "engine.log").read_text().splitlines()[0])
+
+
+def test_fatal_log_line_is_acted_on_before_the_process_exits(tmp_path: Path) -> None:
+    """vLLM's parent can linger after its engine core failed: the log says so first."""
+    script = tmp_path / "dying.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import sys, time
+            print("(EngineCore pid=7) ERROR EngineCore failed to start.", flush=True)
+            print("(EngineCore pid=7) ERROR ValueError: Available memory on node 0 (8.14/9.46 "
+                  "GiB) on kv cache allocation is less than requested memory for kv (100.0 GiB).",
+                  flush=True)
+            time.sleep(60)
+            """
+        )
+    )
+    command = "{python} " + shlex.quote(str(script))
+    started = time.monotonic()
+    with (
+        pytest.raises(EngineError) as info,
+        launch(CONFIG, settings(tmp_path, command=command), tmp_path / "t"),
+    ):
+        pytest.fail("a failed engine must not be yielded")
+    assert time.monotonic() - started < 8  # grace 2 s + SIGTERM, not the 60 s sleep
+    assert info.value.failure.kind is FailureKind.OOM
+    assert "Available memory on node 0" in info.value.failure.reason
+
+
+def test_oom_above_a_kv_size_is_classified_from_vllms_own_message(tmp_path: Path) -> None:
+    config = EngineConfig(model="tiny", args={"kv_cache_memory_bytes": 2**31})
+    result = measure(
+        config,
+        tmp_path / "trial",
+        PLAN,
+        settings(tmp_path, extra_env={"FAKE_ENGINE_OOM_ABOVE": str(2**30)}),
+    )
+    assert result.status == FailureKind.OOM
+    assert "Available memory on node 0" in result.reason
+    assert result.summary is None and result.device_s < 10
+
+
+def test_engine_stops_when_the_tuner_is_killed(tmp_path: Path) -> None:
+    """The parent-death signal: a SIGKILLed tuner leaves no engine holding memory."""
+    tuner = tmp_path / "tuner.py"
+    tuner.write_text(
+        textwrap.dedent(
+            f"""\
+            import time
+            from pathlib import Path
+            from autotune.engine import EngineConfig, LaunchSettings, launch
+            tmp = Path({str(tmp_path)!r})
+            env = {{"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_CHILD": "1"}}
+            s = LaunchSettings(command={FAKE_COMMAND!r}, cache_dir=tmp / "cache", extra_env=env)
+            with launch(EngineConfig(model="tiny"), s, tmp / "trial") as engine:
+                print(engine.process.pid, flush=True)
+                time.sleep(120)
+            """
+        )
+    )
+    proc = subprocess.Popen([sys.executable, str(tuner)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    engine_pid = int(proc.stdout.readline())
+    tree = [psutil.Process(engine_pid), *psutil.Process(engine_pid).children(recursive=True)]
+    assert len(tree) >= 2  # the fake engine and its engine-core child
+    proc.kill()
+    proc.wait()
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    assert alive == []
+
+
+def test_reap_ends_an_engine_left_by_a_killed_tuner(tmp_path: Path) -> None:
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    config = trial / "engine.yaml"
+    config.write_text("max_num_seqs: 4\n")
+    log = open(trial / "engine.log", "w")  # noqa: SIM115 - the engine writes it
+    fake = str(Path(__file__).resolve().parents[1] / "fake_engine.py")
+    env = {**os.environ, "FAKE_ENGINE_STARTUP_S": "0", "FAKE_ENGINE_CHILD": "1"}
+    orphan = subprocess.Popen(
+        [sys.executable, fake, "--config", str(config), "--port", "0"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )  # fmt: skip
+    _write_pid_file(trial / PID_FILE, orphan.pid)
+    deadline = time.monotonic() + 10
+    while not shm_names((trial / "engine.log").read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    names = shm_names((trial / "engine.log").read_text())
+    os.kill(orphan.pid, signal.SIGSTOP)  # it ignores SIGTERM: reap must escalate
+
+    assert reap_stale_engine(trial, stop_timeout_s=1.0)
+    orphan.wait(timeout=5)
+    log.close()
+    assert processes_mentioning(str(trial)) == []
+    assert names and not any(Path("/dev/shm", n).exists() for n in names)
+    assert not (trial / PID_FILE).exists()
+    assert not reap_stale_engine(trial)  # nothing left to do
+
+
+def test_reap_never_signals_a_reused_pid(tmp_path: Path) -> None:
+    (tmp_path / PID_FILE).write_text(json.dumps({"pgid": os.getpid(), "create_time": 1.0}))
+    assert not reap_stale_engine(tmp_path)  # this test's own pid, started at another time
+    assert not (tmp_path / PID_FILE).exists()
