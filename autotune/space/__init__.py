@@ -11,6 +11,8 @@ problems = check_constraints(options, ModelInfo.from_path(model), platform=space
 from autotune.space._constraints import ModelInfo, check_constraints
 from autotune.space._errors import SpaceError
 from autotune.space._loader import list_spaces, load_space
+from autotune.space._memory import MemoryEstimate, estimate_memory, weights_bytes
+from autotune.space._memory_order import dominating_oom, memory_order, needs_at_least, repair
 from autotune.space._params import (
     CORES_PLACEHOLDER,
     BoolParam,
@@ -27,12 +29,19 @@ __all__ = [
     "CategoricalParam",
     "FloatParam",
     "IntParam",
+    "MemoryEstimate",
     "ModelInfo",
     "Parameter",
     "SearchSpace",
     "SpaceError",
     "check_constraints",
+    "dominating_oom",
     "env_string",
+    "estimate_memory",
     "list_spaces",
     "load_space",
+    "memory_order",
+    "needs_at_least",
+    "repair",
+    "weights_bytes",
 ]

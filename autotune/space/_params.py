@@ -63,6 +63,12 @@ class _ParamBase(BaseModel):
         default=None, ge=1, description="Option value = parameter value * scale (int only)"
     )
     description: str | None = Field(default=None, description="What the parameter controls")
+    memory: Literal["up", "down", "none"] | list[ChoiceValue] | None = Field(
+        default=None,
+        description="How the value drives memory use: `up` (a larger value needs more), `down`, "
+        "`none` (no effect), or the choices from least to most memory. Default: from the "
+        "option's name (docs/search-space.md); else configs must match on this parameter",
+    )
 
     @field_validator("option")
     @classmethod
@@ -83,6 +89,7 @@ class _ParamBase(BaseModel):
             found.append(("env", "set either `option` or `env`, not both"))
         if self.scale is not None and not isinstance(self, IntParam):
             found.append(("scale", "only int parameters take a scale"))
+        found.extend(self._memory_issues())
         found.extend(self._range_issues())
         if not found and not self.contains(self.baseline_value()):
             found.append(("baseline", self._baseline_message()))
@@ -112,6 +119,17 @@ class _ParamBase(BaseModel):
         raise NotImplementedError
 
     def _range_issues(self) -> list[Issue]:
+        return []
+
+    def _memory_issues(self) -> list[Issue]:
+        if not isinstance(self.memory, list):
+            return []
+        if not isinstance(self, CategoricalParam | BoolParam):
+            return [("memory", "a list order is for categorical and bool parameters")]
+        choices = self.distribution().choices  # type: ignore[attr-defined]
+        if sorted(map(repr, self.memory)) != sorted(map(repr, choices)):
+            shown = ", ".join(format_value(c) for c in choices)
+            return [("memory", f"must list every choice once, least memory first: [{shown}]")]
         return []
 
     def _baseline_message(self) -> str:
