@@ -55,7 +55,13 @@ class EngineSpec(BaseModel):
         default_factory=dict, description="vLLM options fixed for every trial (win over space)"
     )
     env: dict[str, str] = Field(default_factory=dict, description="Engine environment variables")
-    startup_timeout_s: float = Field(default=600.0, gt=0)
+    startup_timeout_s: float = Field(default=600.0, gt=0, description="Limit to become ready")
+    benchmark_timeout_s: float = Field(
+        default=1800.0, gt=0, description="Limit for a trial's benchmark (warm-up included)"
+    )
+    hang_timeout_s: float = Field(
+        default=120.0, gt=0, description="Longest silence with requests in flight: a hang"
+    )
     cores: str | None = Field(default=None, description="Cores for `{cores}` (default: all)")
 
     @field_validator("options")
@@ -86,6 +92,9 @@ class TuneSpec(BaseModel):
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")
     root: Path = Field(default=Path("studies"), description="Folder for studies")
     engine: EngineSpec = Field(default_factory=EngineSpec)
+    repair: bool = Field(
+        default=False, description="Retry an OOM trial once with less memory (a linked trial)"
+    )
 
     @field_validator("slos")
     @classmethod

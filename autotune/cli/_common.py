@@ -57,7 +57,10 @@ def cli_errors() -> Iterator[None]:
         err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        err_console.print("interrupted: the current engine was torn down")
+        err_console.print(
+            "interrupted: the current engine was torn down and its trial recorded as "
+            "interrupted; run the same command again to continue the study"
+        )
         raise typer.Exit(130) from None
 
 

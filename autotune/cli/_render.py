@@ -59,10 +59,13 @@ def _finished(console: Console, event: TrialFinished) -> None:
 
 
 def print_summary(console: Console, result: StudyResult) -> None:
+    failed_share = result.failed_device_s / result.device_s if result.device_s else 0.0
     console.print(
         f"\n{result.measured} measured, {result.failed} failed, {result.skipped} skipped "
-        f"before launch; {result.device_s:.0f} device-seconds"
+        f"before launch; {result.device_s:.0f} device-seconds "
+        f"({failed_share:.0%} on failed trials)"
         + ("; the space is exhausted" if result.exhausted else "")
+        + ("; interrupted" if result.interrupted else "")
     )
 
 
@@ -96,6 +99,8 @@ def trial_table(
         status = t.status if t.feasible or not t.measured else "ok (misses SLO)"
         if not t.measured and t.reason:
             status = f"{t.status}: {t.reason[:60]}"
+        if t.repair_of is not None:
+            status += f" (repair of {t.repair_of})"
         table.add_row(f"{t.number}{mark}", t.description, *cells, status)
     return table
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -10,6 +14,7 @@ import typer
 from autotune.bench import WorkloadError, build_requests
 from autotune.cli._common import InputError, cli_errors, console, setup_logging
 from autotune.cli._render import event_printer, print_front, print_summary
+from autotune.devices import device_memory
 from autotune.engine import LaunchSettings
 from autotune.space import load_space
 from autotune.spec import TuneSpec, load_spec, parse_objectives, parse_pairs
@@ -44,6 +49,12 @@ def tune(
     root: Annotated[Path | None, typer.Option(help="Folder for studies")] = None,
     sampler: Annotated[str | None, typer.Option(help="tpe | nsga2 | random")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler and workload seed")] = None,
+    repair: Annotated[
+        bool | None,
+        typer.Option(
+            "--repair/--no-repair", help="Retry an OOM trial once with less memory (linked)"
+        ),
+    ] = None,
     spec: Annotated[Path | None, typer.Option(help="tune.yaml holding any of these fields")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -63,7 +74,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
         for key in ("study", "model", "space", "workload", "trials", "storage", "root")
         if flags[key] is not None
     }
-    for key in ("sampler", "seed", "served_model_name"):
+    for key in ("sampler", "seed", "served_model_name", "repair"):
         if flags[key] is not None:
             out[key] = flags[key]
     if flags["rate"] is not None or flags["concurrency"] is not None:
@@ -110,12 +121,21 @@ def run_tune(spec: TuneSpec) -> None:
         warmup, requests = build_requests(spec.workload, spec.model)
     except WorkloadError as exc:
         raise InputError(f"workload: {exc}") from None
-    plan = Workplan(warmup, requests, spec.load, spec.slos, spec.max_error_rate)
+    plan = Workplan(
+        warmup,
+        requests,
+        spec.load,
+        spec.slos,
+        spec.max_error_rate,
+        hang_s=spec.engine.hang_timeout_s,
+        deadline_s=spec.engine.benchmark_timeout_s,
+    )
     settings = LaunchSettings(
         command=spec.engine.command,
         startup_timeout_s=spec.engine.startup_timeout_s,
         cache_dir=spec.root / ".cache",
         cores=spec.engine.cores,
+        platform=space.platform,
     )
     store = StudyStore(spec.storage_url)
     console.print(
@@ -128,7 +148,26 @@ def run_tune(spec: TuneSpec) -> None:
         store,
         lambda config, trial_dir: measure(config, trial_dir, plan, settings),
         on_event=event_printer(console),
+        device_memory=lambda: device_memory(space.platform),
     )
-    result = runner.run()
+    with _sigterm_as_interrupt():
+        result = runner.run()
     print_summary(console, result)
     print_front(console, spec.study, store.trials(spec.study), store.study_attrs(spec.study))
+    if result.interrupted:
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler, `kill`) stops the study as Ctrl-C does: engine torn down, trial
+    recorded as interrupted, summary printed."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -26,9 +26,12 @@ DEVICE_S = "device_s"
 TRIAL_DIR = "trial_dir"
 LOG_TAIL = "log_tail"
 DESCRIPTION = "description"
+REPAIR_OF = "repair_of"  # the OOM trial a repair trial retries
+REQUEUED = "requeued"  # set on a trial queued again after an interruption
 
 STATUS_OK = "ok"
 ROLE_BASELINE = "baseline"
+ROLE_REPAIR = "repair"
 
 
 class TrialRecord(BaseModel):
@@ -50,6 +53,7 @@ class TrialRecord(BaseModel):
     device_s: float | None = None
     trial_dir: str | None = None
     log_tail: str = ""
+    repair_of: int | None = None
 
     @property
     def measured(self) -> bool:
@@ -84,6 +88,7 @@ class TrialRecord(BaseModel):
             device_s=attrs.get(DEVICE_S),
             trial_dir=attrs.get(TRIAL_DIR),
             log_tail=attrs.get(LOG_TAIL, ""),
+            repair_of=attrs.get(REPAIR_OF),
         )
 
 

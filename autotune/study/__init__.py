@@ -5,6 +5,8 @@ from autotune.study._measure import Measure, Measurement, Workplan, measure
 from autotune.study._objectives import (
     ERROR_RATE,
     FAILED,
+    OOM,
+    OOM_STATUSES,
     WORST_MAXIMIZE,
     WORST_MINIMIZE,
     constraint_values,
@@ -24,6 +26,8 @@ from autotune.study._select import (
 __all__ = [
     "ERROR_RATE",
     "FAILED",
+    "OOM",
+    "OOM_STATUSES",
     "PICKS",
     "WORST_MAXIMIZE",
     "WORST_MINIMIZE",

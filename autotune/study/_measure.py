@@ -1,7 +1,14 @@
-"""One trial's device work: start the engine, run the workload, tear down. Knows no Optuna."""
+"""One trial's device work: start the engine, run the workload, tear down. Knows no Optuna.
+
+The benchmark is guarded: it stops the moment the engine exits or logs a fatal error, when no
+token streams for `hang_s` while requests are in flight, or when it overruns `deadline_s`. The
+outcome is written to the trial folder (`measurement.json`) before anyone records it, so a
+measured trial survives a store that fails or a tuner that is killed right after it.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -10,9 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.bench import (
+    AbortKind,
+    BenchmarkAborted,
+    Guard,
     LoadProfile,
+    RequestRecord,
     RequestSpec,
     Summary,
+    read_records,
     run_benchmark,
     summarize,
     write_records,
@@ -39,6 +51,8 @@ class Workplan:
     profile: LoadProfile
     slos: Mapping[str, float]
     max_error_rate: float = 0.0
+    hang_s: float | None = 120.0
+    deadline_s: float | None = 1800.0
 
 
 @dataclass
@@ -51,10 +65,14 @@ class Measurement:
     engine: dict[str, Any] = field(default_factory=dict)
     device_s: float = 0.0
     log_tail: str = ""
+    teardown_error: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.summary is not None and self.status == "ok"
+
+
+MEASUREMENT_FILE = "measurement.json"
 
 
 Measure = Callable[[EngineConfig, Path], Measurement]
@@ -73,26 +91,92 @@ def measure(
     try:
         with launch(config, settings, trial_dir) as engine:
             result.engine = {"startup_s": round(engine.startup_s, 2), **engine.facts.model_dump()}
-            records = run_benchmark(
-                engine.url, config.api_model_name, plan.warmup, plan.requests, plan.profile
-            )
-            write_records(trial_dir / "requests.jsonl", records)
-            if not engine.alive():
-                _fail(result, engine.failure(FailureKind.CRASH))
+            guard = Guard(probe=engine.probe, hang_s=plan.hang_s, deadline_s=plan.deadline_s)
+            try:
+                records = run_benchmark(
+                    engine.url,
+                    config.api_model_name,
+                    plan.warmup,
+                    plan.requests,
+                    plan.profile,
+                    guard=guard,
+                )
+            except BenchmarkAborted as aborted:
+                _write_records(trial_dir, aborted.records)
+                result.engine["abort"] = {
+                    "kind": str(aborted.abort.kind),
+                    "reason": aborted.abort.reason,
+                    "noticed_unix": round(time.time(), 3),
+                }
+                if aborted.abort.kind is AbortKind.ENGINE:
+                    _fail(result, engine.failure(FailureKind.CRASH))
+                else:
+                    tail = engine.failure(FailureKind.HANG, grace_s=0).log_tail
+                    _fail(result, Failure(FailureKind.HANG, aborted.abort.reason, tail))
             else:
-                result.summary = summarize(records, plan.slos)
-                if result.summary.completed == 0:
-                    first = next((r.error for r in records if r.error), "no request completed")
-                    _fail(result, Failure(FailureKind.BENCHMARK_ERROR, first or ""))
+                _write_records(trial_dir, records)
+                if not engine.alive():
+                    noticed = {"kind": "engine", "noticed_unix": round(time.time(), 3)}
+                    result.engine["abort"] = {**noticed, "reason": "engine exited"}
+                    _fail(result, engine.failure(FailureKind.CRASH))
+                else:
+                    result.summary = summarize(records, plan.slos)
+                    if result.summary.completed == 0:
+                        first = next((r.error for r in records if r.error), None)
+                        reason = first or "no request completed"
+                        _fail(result, Failure(FailureKind.BENCHMARK_ERROR, reason))
     except EngineError as exc:
         _fail(result, exc.failure)
         if exc.startup_s is not None:
             result.engine["startup_s"] = round(exc.startup_s, 2)
     except TeardownError as exc:
         logger.error("%s", exc)
-        result.reason = f"teardown: {exc}"
+        result.teardown_error = str(exc)
     result.device_s = round(clock() - started, 2)
+    save_measurement(trial_dir, result)
     return result
+
+
+def _write_records(trial_dir: Path, records: Sequence[RequestRecord]) -> None:
+    write_records(trial_dir / "requests.jsonl", records)
+
+
+def save_measurement(trial_dir: Path, m: Measurement) -> None:
+    """Write the outcome next to the trial's log, atomically (a rename)."""
+    data = {
+        "status": m.status,
+        "reason": m.reason,
+        "engine": m.engine,
+        "device_s": m.device_s,
+        "log_tail": m.log_tail,
+        "teardown_error": m.teardown_error,
+    }
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    tmp = trial_dir / (MEASUREMENT_FILE + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(trial_dir / MEASUREMENT_FILE)
+
+
+def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement | None:
+    """A trial's saved outcome, its summary rebuilt from `requests.jsonl`; None if absent."""
+    try:
+        data = json.loads((trial_dir / MEASUREMENT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    m = Measurement(
+        status=str(data.get("status", "crash")),
+        reason=str(data.get("reason", "")),
+        engine=dict(data.get("engine") or {}),
+        device_s=float(data.get("device_s") or 0.0),
+        log_tail=str(data.get("log_tail") or ""),
+        teardown_error=data.get("teardown_error"),
+    )
+    if m.status == "ok":
+        try:
+            m.summary = summarize(read_records(trial_dir / "requests.jsonl"), slos)
+        except (OSError, ValueError):
+            return None
+    return m
 
 
 def _fail(result: Measurement, failure: Failure) -> None:

@@ -17,7 +17,10 @@ WORST_MAXIMIZE = 0.0
 WORST_MINIMIZE = 1e9
 
 FAILED = "failed"
+OOM = "oom"
 ERROR_RATE = "error_rate"
+# Statuses that mean "this config needs more memory than there is".
+OOM_STATUSES = frozenset({"oom", "predicted_oom"})
 
 
 def objective_values(objectives: Sequence[Objective], summary: Summary | None) -> list[float]:
@@ -33,16 +36,19 @@ def _finite(value: float, direction: str) -> float:
 
 
 def constraint_values(
-    summary: Summary | None, slos: Mapping[str, float], max_error_rate: float
+    summary: Summary | None, slos: Mapping[str, float], max_error_rate: float, status: str = ""
 ) -> dict[str, float]:
     """Constraint name -> value (<= 0 feasible). Every trial gets the same names.
 
-    SLO constraints are relative (`measured / bound - 1`), so that violations of different
-    units can be compared and summed by the samplers.
+    `failed` is positive for every trial without a measurement, `oom` only for those that ran
+    out of memory (or were predicted to), so the samplers learn the memory boundary apart from
+    other failures. SLO constraints are relative (`measured / bound - 1`), so that violations
+    of different units can be compared and summed by the samplers.
     """
+    oom = 1.0 if status in OOM_STATUSES else 0.0
     if summary is None:
-        return {FAILED: 1.0, ERROR_RATE: 1.0, **{name: 1.0 for name in slos}}
-    values = {FAILED: 0.0, ERROR_RATE: summary.metric("error_rate") - max_error_rate}
+        return {FAILED: 1.0, OOM: oom, ERROR_RATE: 1.0, **{name: 1.0 for name in slos}}
+    values = {FAILED: 0.0, OOM: 0.0, ERROR_RATE: summary.metric("error_rate") - max_error_rate}
     for name, bound in slos.items():
         measured = summary.metric(name)
         values[name] = 1.0 if measured != measured else measured / bound - 1.0 if bound else 0.0

@@ -1,8 +1,14 @@
 """The tuning loop: ask Optuna for a config, check it, measure it, record it, repeat.
 
-Lifecycle of a trial: proposed -> checked (constraints; an impossible config is never
-started) -> launched -> measured -> recorded. Failures are recorded with their kind and the
-study goes on, except when the baseline fails: then the host or the model is at fault.
+Lifecycle of a trial: proposed -> checked (hard constraints, known OOMs, the memory estimate:
+an impossible config is never started) -> launched -> measured -> recorded. Failures are
+recorded with their kind and the study goes on, except when the baseline fails (the host or the
+model is at fault) or an engine survives its teardown (the next trial would run on a busy host).
+
+An OOM teaches the search twice: Optuna sees a complete trial with worst-case values and a
+positive `oom` constraint, and every later proposal that needs at least the memory of a known
+OOM config is recorded as `predicted_oom` without a launch. With `repair`, an OOM trial is
+retried once, one step back towards what is known to fit, as a trial linked to it.
 """
 
 from __future__ import annotations
@@ -20,13 +26,27 @@ from optuna.trial import Trial, TrialState
 
 from autotune import store as keys
 from autotune.bench import METRIC_NAMES
-from autotune.engine import EngineConfig, FailureKind, resolve_env, to_yaml_dict
+from autotune.devices import DeviceMemory
+from autotune.engine import (
+    EngineConfig,
+    FailureKind,
+    reap_stale_engine,
+    resolve_env,
+    to_yaml_dict,
+)
 from autotune.host import describe_host
-from autotune.space import ModelInfo, SearchSpace, check_constraints
+from autotune.space import (
+    ModelInfo,
+    SearchSpace,
+    check_constraints,
+    dominating_oom,
+    estimate_memory,
+    repair,
+)
 from autotune.spec import TuneSpec
-from autotune.store import StudyStore
+from autotune.store import StorageError, StudyStore, storage_errors
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
-from autotune.study._measure import Measure, Measurement
+from autotune.study._measure import MEASUREMENT_FILE, Measure, Measurement, load_measurement
 from autotune.study._objectives import constraint_values, objective_values
 
 logger = logging.getLogger(__name__)
@@ -45,7 +65,9 @@ class StudyResult:
     failed: int = 0
     skipped: int = 0
     device_s: float = 0.0
+    failed_device_s: float = 0.0
     exhausted: bool = False
+    interrupted: bool = False
     trial_numbers: list[int] = field(default_factory=list)
 
 
@@ -63,7 +85,12 @@ def make_sampler(spec: TuneSpec, offset: int = 0) -> optuna.samplers.BaseSampler
 
 
 class StudyRunner:
-    """Runs one study to its budget. `measure` does the device work of one trial."""
+    """Runs one study to its budget. `measure` does the device work of one trial.
+
+    `device_memory` says what memory a trial's device has now (None: unknown, no estimate).
+    `learn_failures=False` records failures as FAILED trials and predicts nothing: the naive
+    way, kept only so that benchmarks can compare against it.
+    """
 
     def __init__(
         self,
@@ -72,12 +99,16 @@ class StudyRunner:
         store: StudyStore,
         measure: Measure,
         on_event: Callable[[Event], None] = lambda event: None,
+        device_memory: Callable[[], DeviceMemory | None] = lambda: None,
+        learn_failures: bool = True,
     ) -> None:
         self.spec = spec
         self.space = space
         self.store = store
         self.measure = measure
         self.emit = on_event
+        self.device_memory = device_memory
+        self.learn_failures = learn_failures
         self.model_info = ModelInfo.from_path(spec.model)
         self.directions = [o.direction for o in spec.objectives]
 
@@ -90,27 +121,31 @@ class StudyRunner:
         else:
             self._check_same_experiment(study)
             study.sampler = make_sampler(self.spec, offset=len(study.get_trials(deepcopy=False)))
-        self._requeue_interrupted(study)
+        self._recover_interrupted(study)
         if not created:
             self._retry_failed_baseline(study)
         result = StudyResult(name=self.spec.study)
         done = self._measured_count(study)
         skips_left = SKIP_LIMIT_FACTOR * self.spec.trials
-        while done < self.spec.trials:
-            if skips_left <= 0:
-                result.exhausted = True
-                break
-            outcome = self._one_trial(study, done)
-            if outcome is None:
-                result.skipped += 1
-                skips_left -= 1
-                continue
-            number, measurement = outcome
-            done += 1
-            result.trial_numbers.append(number)
-            result.device_s += measurement.device_s
-            result.measured += measurement.ok
-            result.failed += not measurement.ok
+        try:
+            while done < self.spec.trials:
+                if skips_left <= 0:
+                    result.exhausted = True
+                    break
+                outcome = self._one_trial(study, done)
+                if outcome is None:
+                    result.skipped += 1
+                    skips_left -= 1
+                    continue
+                number, measurement = outcome
+                done += 1
+                result.trial_numbers.append(number)
+                result.device_s += measurement.device_s
+                result.measured += measurement.ok
+                result.failed += not measurement.ok
+                result.failed_device_s += 0.0 if measurement.ok else measurement.device_s
+        except KeyboardInterrupt:
+            result.interrupted = True
         return result
 
     def _experiment(self) -> dict[str, Any]:
@@ -153,15 +188,32 @@ class StudyRunner:
             skip_if_exists=True,
         )
 
-    def _requeue_interrupted(self, study: optuna.Study) -> None:
-        """A trial left RUNNING by a killed tuner is marked interrupted and queued again once."""
+    def _recover_interrupted(self, study: optuna.Study) -> None:
+        """Settle the trials a killed tuner left RUNNING.
+
+        Its engine, if still alive, is ended. A trial whose measurement reached its folder is
+        recorded from there (it was measured; only the store never heard of it). Any other is
+        marked interrupted and queued again, once.
+        """
         storage = self.store.storage
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            trial_dir = self._trial_dir(trial.number)
+            reap_stale_engine(trial_dir)
+            saved = load_measurement(trial_dir, self.spec.slos)
+            if saved is not None:
+                logger.warning("recording trial %d from %s", trial.number, trial_dir)
+                self._record(study, Trial(study, trial._trial_id), saved, trial_dir)
+                continue
             storage.set_trial_user_attr(trial._trial_id, keys.STATUS, str(FailureKind.INTERRUPTED))
             study.tell(trial.number, state=TrialState.FAIL)
-            if not trial.user_attrs.get("requeued"):
-                attrs = {k: v for k, v in trial.user_attrs.items() if k == keys.ROLE}
-                study.enqueue_trial(trial.params, user_attrs={**attrs, "requeued": True})
+            if not trial.user_attrs.get(keys.REQUEUED):
+                attrs = {
+                    k: v for k, v in trial.user_attrs.items() if k in (keys.ROLE, keys.REPAIR_OF)
+                }
+                study.enqueue_trial(trial.params, user_attrs={**attrs, keys.REQUEUED: True})
+
+    def _trial_dir(self, number: int) -> Path:
+        return self.spec.study_dir / f"trial-{number:04d}"
 
     def _retry_failed_baseline(self, study: optuna.Study) -> None:
         """A resumed study whose baseline failed runs the baseline again first: without it the
@@ -182,9 +234,10 @@ class StudyRunner:
     @staticmethod
     def _measured_count(study: optuna.Study) -> int:
         """Trials that count against the budget: launched ones, whatever their outcome."""
+        finished = (TrialState.COMPLETE, TrialState.FAIL)
         return sum(
             1
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            for t in study.get_trials(deepcopy=False, states=finished)
             if t.user_attrs.get(keys.DEVICE_S) is not None
         )
 
@@ -200,22 +253,62 @@ class StudyRunner:
             return None
         index = done + 1
         self.emit(TrialStarted(trial.number, index, self.spec.trials, description))
-        trial_dir = self.spec.study_dir / f"trial-{trial.number:04d}"
+        trial_dir = self._trial_dir(trial.number)
         try:
             measurement = self.measure(config, trial_dir)
         except KeyboardInterrupt:
             trial.set_user_attr(keys.STATUS, str(FailureKind.INTERRUPTED))
+            trial.set_user_attr(keys.TRIAL_DIR, str(trial_dir))
             study.tell(trial, state=TrialState.FAIL)
+            self.emit(TrialSkipped(trial.number, str(FailureKind.INTERRUPTED), "stopped by user"))
             raise
-        self._record(study, trial, measurement, trial_dir)
+        self._record_or_keep(study, trial, measurement, trial_dir)
         self.emit(TrialFinished(trial.number, index, self.spec.trials, measurement, study))
+        if measurement.teardown_error:
+            raise StudyError(
+                f"trial {trial.number} was recorded, but its engine could not be cleared: "
+                f"{measurement.teardown_error}; stopping so that no trial runs on a busy host"
+            )
         if not measurement.ok and trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
             raise StudyError(
                 f"the baseline trial (vLLM defaults) failed: {measurement.status}: "
                 f"{measurement.reason} (log: {trial_dir / 'engine.log'}); "
                 "check the model, the host and the search space's baseline values"
             )
+        if measurement.status == FailureKind.OOM and self.spec.repair and self.learn_failures:
+            self._enqueue_repair(study, trial)
         return trial.number, measurement
+
+    def _record_or_keep(
+        self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path
+    ) -> None:
+        """Record a measured trial; if the store fails, say where the measurement is kept."""
+        try:
+            with storage_errors(self.store.url):
+                self._record(study, trial, m, trial_dir)
+        except StorageError as exc:
+            raise StudyError(
+                f"trial {trial.number} was measured but could not be recorded ({exc}); its "
+                f"measurement is kept in {trial_dir / MEASUREMENT_FILE} and is recorded when "
+                "the study is continued (run the same command again)"
+            ) from exc
+
+    def _enqueue_repair(self, study: optuna.Study, trial: Trial) -> None:
+        """Queue the OOM config one step back towards what fits (once: never a repair's)."""
+        if trial.user_attrs.get(keys.ROLE) == keys.ROLE_REPAIR:
+            return
+        fits = [
+            t.params
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get(keys.STATUS) == keys.STATUS_OK
+        ]
+        params = repair(self.space, trial.params, fits)
+        if params is None:
+            logger.info("trial %d ran out of memory and no knob can be turned down", trial.number)
+            return
+        study.enqueue_trial(
+            params, user_attrs={keys.ROLE: keys.ROLE_REPAIR, keys.REPAIR_OF: trial.number}
+        )
 
     def _engine_config(self, params: dict[str, Any]) -> EngineConfig:
         options, env = self.space.to_engine(params)
@@ -242,17 +335,46 @@ class StudyRunner:
                     + " (fix the fixed options or the space's baseline values)"
                 )
             return True
-        retry = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE  # a failed one runs again
-        twin = None if retry else _measured_twin(study, trial)
+        baseline = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
+        twin = None if baseline else _measured_twin(study, trial)  # a failed baseline reruns
         if twin is not None:
             self._tell_skipped(study, trial, "duplicate", f"same config as trial {twin.number}")
             return True
+        if baseline or not self.learn_failures:
+            return False  # the baseline always runs: a wrong prediction must not stop the study
+        oom = dominating_oom(self.space, trial.params, _known_ooms(study))
+        if oom is not None:
+            reason = f"needs at least the memory of trial {oom}, which ran out of memory"
+            self._tell_skipped(study, trial, str(FailureKind.PREDICTED_OOM), reason)
+            return True
+        problem = self._memory_problem(config)
+        if problem is not None:
+            self._tell_skipped(study, trial, str(FailureKind.PREDICTED_OOM), problem)
+            return True
         return False
+
+    def _memory_problem(self, config: EngineConfig) -> str | None:
+        """Why the config cannot fit the device's memory, by the pre-launch estimate."""
+        memory = self.device_memory()
+        if memory is None or self.model_info is None:
+            return None
+        model_path = Path(config.model)
+        estimate = estimate_memory(
+            config.args,
+            self.model_info,
+            model_path if model_path.is_dir() else None,
+            self.space.platform,
+            memory.total_bytes,
+            memory.available_bytes,
+        )
+        if estimate is None or estimate.problem is None:
+            return None
+        return f"estimate: {estimate.problem}"
 
     def _tell_skipped(self, study: optuna.Study, trial: Trial, status: str, reason: str) -> None:
         trial.set_user_attr(keys.STATUS, status)
         trial.set_user_attr(keys.REASON, reason)
-        for name, value in constraint_values(None, self.spec.slos, 0.0).items():
+        for name, value in constraint_values(None, self.spec.slos, 0.0, status).items():
             trial.set_constraint(name, value)
         study.tell(trial, objective_values(self.spec.objectives, None))
         self.emit(TrialSkipped(trial.number, status, reason))
@@ -267,7 +389,12 @@ class StudyRunner:
             trial.set_user_attr(keys.METRICS, _flat_metrics(m))
         if m.log_tail:
             trial.set_user_attr(keys.LOG_TAIL, m.log_tail[-4000:])
-        constraints = constraint_values(m.summary, self.spec.slos, self.spec.max_error_rate)
+        if not m.ok and not self.learn_failures:
+            study.tell(trial, state=TrialState.FAIL)  # the naive way: samplers ignore it
+            return
+        constraints = constraint_values(
+            m.summary, self.spec.slos, self.spec.max_error_rate, m.status
+        )
         for name, value in constraints.items():
             trial.set_constraint(name, value)
         study.tell(trial, objective_values(self.spec.objectives, m.summary))
@@ -285,6 +412,15 @@ def _flat_metrics(m: Measurement) -> dict[str, float]:
     out["completed"] = float(m.summary.completed)
     out["duration_s"] = m.summary.duration_s
     return {k: (v if v == v and abs(v) != float("inf") else -1.0) for k, v in out.items()}
+
+
+def _known_ooms(study: optuna.Study) -> list[tuple[int, dict[str, Any]]]:
+    """(number, params) of the trials that ran out of memory on the device."""
+    return [
+        (t.number, t.params)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get(keys.STATUS) == FailureKind.OOM
+    ]
 
 
 def _measured_twin(study: optuna.Study, trial: Trial) -> optuna.trial.FrozenTrial | None:

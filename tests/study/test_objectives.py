@@ -12,6 +12,7 @@ from autotune.spec import Objective
 from autotune.study import (
     ERROR_RATE,
     FAILED,
+    OOM,
     WORST_MAXIMIZE,
     WORST_MINIMIZE,
     constraint_values,
@@ -64,14 +65,20 @@ def test_error_rate_constraint(summary_of: Callable[..., Summary]) -> None:
     assert constraint_values(summary_of(), {}, 0.0)[ERROR_RATE] == 0.0
 
 
-def test_failed_trial_violates_every_constraint() -> None:
-    values = constraint_values(None, SLOS, 0.0)
-    assert values[FAILED] == 1.0
-    assert all(v > 0 for v in values.values())
+def test_failed_trial_violates_every_constraint_but_oom() -> None:
+    values = constraint_values(None, SLOS, 0.0, "crash")
+    assert values[FAILED] == 1.0 and values[OOM] == 0.0
+    assert all(v > 0 for k, v in values.items() if k != OOM)
+
+
+@pytest.mark.parametrize("status", ["oom", "predicted_oom"])
+def test_out_of_memory_trials_violate_the_oom_constraint(status: str) -> None:
+    values = constraint_values(None, SLOS, 0.0, status)
+    assert values[OOM] == 1.0 and values[FAILED] == 1.0
 
 
 def test_every_trial_gets_the_same_constraint_names(summary_of: Callable[..., Summary]) -> None:
     # Optuna's samplers need one constraint vector shape across trials.
     measured = constraint_values(summary_of(), SLOS, 0.05)
     failed = constraint_values(None, SLOS, 0.05)
-    assert set(measured) == set(failed) == {FAILED, ERROR_RATE, *SLOS}
+    assert set(measured) == set(failed) == {FAILED, OOM, ERROR_RATE, *SLOS}

@@ -345,7 +345,7 @@ def test_interrupted_trial_is_requeued_and_measured(
     assert trials[retry_number].status == "ok"
 
 
-def test_keyboard_interrupt_marks_the_trial_and_propagates(
+def test_keyboard_interrupt_marks_the_trial_and_ends_the_run(
     make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
 ) -> None:
     def script(i: int, config: EngineConfig) -> Measurement:
@@ -355,9 +355,212 @@ def test_keyboard_interrupt_marks_the_trial_and_propagates(
 
     measure.script = script
     spec = make_spec(trials=3)
-    with pytest.raises(KeyboardInterrupt):
-        run(spec, space, measure)
+    result, _ = run(spec, space, measure)
+    assert result.interrupted and result.measured == 1 and len(measure.calls) == 2
     trials = records(spec)
     assert len(trials) == 2
     assert trials[1].state == "fail" and trials[1].status == "interrupted"
     assert trials[0].status == "ok"
+
+
+# --- failures that teach: OOM constraint, predicted OOMs, the estimate, repair, recovery ---
+
+KV_SPACE = """\
+name: kv
+platform: cpu
+fixed: {enforce_eager: true}
+parameters:
+  - {name: max_num_seqs, type: categorical, choices: [16, 32, 64], baseline: 32}
+  - {name: kv_cache_mib, type: int, option: kv_cache_memory_bytes, scale: 1048576,
+     low: 256, high: 4096, step: 256, baseline: 256}
+  - {name: block_size, type: categorical, choices: [64, 128], baseline: 128}
+"""
+OOM_ABOVE_MIB = 2048
+
+
+def kv_space(tmp_path: Path) -> tuple[SearchSpace, str]:
+    file = tmp_path / "kv.yaml"
+    file.write_text(KV_SPACE)
+    return load_space(file), str(file)
+
+
+def oom_above(measure: FakeMeasure, mib: int = OOM_ABOVE_MIB) -> Script:
+    def script(i: int, config: EngineConfig) -> Measurement:
+        if config.args["kv_cache_memory_bytes"] > mib * 2**20:
+            return Measurement(status="oom", reason="Available memory on node 0", device_s=1.0)
+        return measure.ok(config)
+
+    return script
+
+
+def test_oom_sets_the_oom_constraint_and_predicts_later_ooms(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    space, file = kv_space(tmp_path)
+    measure.script = oom_above(measure)
+    result, trials = run(make_spec(trials=10, space=file, seed=3), space, measure)
+
+    ooms = [t for t in trials if t.status == "oom"]
+    predicted = [t for t in trials if t.status == "predicted_oom"]
+    assert ooms and predicted, "seed 3 proposes large KV sizes more than once"
+    for t in ooms + predicted:
+        assert t.constraints["oom"] == 1.0 and t.constraints["failed"] == 1.0
+        assert t.state == "complete" and t.values == [0.0, 1e9, 1e9]
+    assert all(t.constraints["oom"] == 0.0 for t in trials if t.status == "ok")
+    for t in predicted:
+        assert t.device_s is None  # never launched
+        (source,) = [o for o in ooms if f"trial {o.number}," in t.reason]
+        assert source.number < t.number
+        assert t.params["kv_cache_mib"] >= source.params["kv_cache_mib"]
+        assert t.params["max_num_seqs"] >= source.params["max_num_seqs"]
+    # Nothing at least as hungry as a known OOM was launched after it.
+    for later in launched(trials):
+        for oom in ooms:
+            if later.number > oom.number:
+                dominated = (
+                    later.params["kv_cache_mib"] >= oom.params["kv_cache_mib"]
+                    and later.params["max_num_seqs"] >= oom.params["max_num_seqs"]
+                )
+                assert not dominated
+    assert result.skipped >= len(predicted)
+
+
+def test_naive_mode_records_failures_as_failed_and_predicts_nothing(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    space, file = kv_space(tmp_path)
+    measure.script = oom_above(measure)
+    spec = make_spec(trials=8, space=file, seed=3)
+    result = StudyRunner(
+        spec, space, StudyStore(spec.storage_url), measure, learn_failures=False
+    ).run()
+    trials = records(spec)
+    ooms = [t for t in trials if t.status == "oom"]
+    assert ooms and all(t.state == "fail" for t in ooms)
+    assert not [t for t in trials if t.status == "predicted_oom"]
+    assert len(launched(trials)) == 8 == len(measure.calls)
+    assert result.failed == len(ooms)
+
+
+def test_memory_estimate_skips_configs_that_cannot_fit(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    from autotune.devices import DeviceMemory
+
+    space, file = kv_space(tmp_path)
+    spec = make_spec(trials=6, space=file, seed=1)
+    # A node with 1.5 GiB available: KV sizes above it cannot be allocated.
+    node = DeviceMemory("cpu:node0", total_bytes=4 * 2**30, available_bytes=3 * 2**29)
+    result = StudyRunner(
+        spec, space, StudyStore(spec.storage_url), measure, device_memory=lambda: node
+    ).run()
+    trials = records(spec)
+    estimated = [t for t in trials if t.status == "predicted_oom"]
+    assert estimated and all(t.reason.startswith("estimate: ") for t in estimated)
+    assert all(t.params["kv_cache_mib"] * 2**20 > 3 * 2**29 - 8 * 2**20 for t in estimated)
+    assert all(c.args["kv_cache_memory_bytes"] < 3 * 2**29 for c in measure.calls)
+    assert result.measured == 6
+
+
+def test_repair_retries_an_oom_once_halfway_to_what_fits(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    space, file = kv_space(tmp_path)
+
+    # Only trial 1 is proposed by the sampler into OOM land: script it by call index.
+    def script(i: int, config: EngineConfig) -> Measurement:
+        if i == 1:
+            return Measurement(status="oom", reason="out of memory", device_s=1.0)
+        return measure.ok(config)
+
+    measure.script = script
+    spec = make_spec(trials=3, space=file, repair=True, seed=5)
+    run(spec, space, measure)
+    trials = records(spec)
+    first_oom = next(t for t in trials if t.status == "oom")
+    repaired = trials[first_oom.number + 1]
+    assert repaired.role == "repair" and repaired.repair_of == first_oom.number
+    assert repaired.status == "ok" and repaired.device_s is not None
+    fit, bad = space.baseline_params()["kv_cache_mib"], first_oom.params["kv_cache_mib"]
+    if bad > fit:
+        assert fit <= repaired.params["kv_cache_mib"] < bad
+    else:  # the KV size was already at the known fit: fewer sequences instead
+        assert repaired.params["max_num_seqs"] < first_oom.params["max_num_seqs"]
+    others = {k: v for k, v in repaired.params.items() if k != "kv_cache_mib"}
+    assert others.items() <= first_oom.params.items() or bad <= fit
+
+
+def test_a_repair_that_runs_out_of_memory_is_not_repaired_again(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    space, file = kv_space(tmp_path)
+
+    def script(i: int, config: EngineConfig) -> Measurement:
+        if i in (1, 2):
+            return Measurement(status="oom", reason="out of memory", device_s=1.0)
+        return measure.ok(config)
+
+    measure.script = script
+    spec = make_spec(trials=4, space=file, repair=True, seed=5)
+    run(spec, space, measure)
+    trials = records(spec)
+    repairs = [t for t in trials if t.role == "repair"]
+    assert len(repairs) == 1 and repairs[0].status == "oom"
+
+
+def test_measured_trial_survives_a_tuner_killed_before_recording_it(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    from autotune.bench import RequestRecord, write_records
+    from autotune.study._measure import save_measurement
+
+    def killed_after_measuring(i: int, config: EngineConfig) -> Measurement:
+        if i == 1:
+            trial_dir = measure.dirs[-1]
+            trial_dir.mkdir(parents=True)
+            records_ = [
+                RequestRecord(
+                    index=k,
+                    send_time=0.0,
+                    first_token_time=0.02,
+                    token_times=(0.02, 0.03),
+                    end_time=0.03,
+                    prompt_tokens=8,
+                    output_tokens=2,
+                )
+                for k in range(4)
+            ]
+            write_records(trial_dir / "requests.jsonl", records_)
+            save_measurement(trial_dir, Measurement(status="ok", device_s=7.0))
+            raise Killed
+        return measure.ok(config)
+
+    spec = make_spec(trials=3)
+    measure.script = killed_after_measuring
+    with pytest.raises(Killed):
+        run(spec, space, measure)
+    (left,) = [t for t in records(spec) if t.state == "running"]
+
+    measure.script = None
+    _, trials = run(spec, space, measure)
+    saved = trials[left.number]
+    assert saved.status == "ok" and saved.state == "complete" and saved.device_s == 7.0
+    assert saved.metrics["completed"] == 4 and saved.metrics["output_throughput"] > 0
+    assert not [t for t in trials if t.status == "interrupted"]
+    assert len(launched(trials)) == 3 and len(measure.calls) == 3  # not measured twice
+
+
+def test_teardown_failure_stops_the_study_after_recording_the_trial(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    def script(i: int, config: EngineConfig) -> Measurement:
+        m = measure.ok(config)
+        if i == 1:
+            m.teardown_error = "engine processes survived teardown: [4242]"
+        return m
+
+    measure.script = script
+    spec = make_spec(trials=4)
+    with pytest.raises(StudyError, match=r"trial 1 was recorded.*\[4242\].*busy host"):
+        run(spec, space, measure)
+    assert [t.status for t in records(spec)] == ["ok", "ok"]
