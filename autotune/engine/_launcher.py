@@ -306,7 +306,11 @@ _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
 
 def _stop_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to send SIGTERM to the engine when the tuner dies, even by SIGKILL."""
+    """Ask Linux to send SIGTERM to the engine when the tuner dies, even by SIGKILL.
+
+    Linux sends it when the *thread* that started the engine exits: start an engine from a
+    thread that lives at least as long as the engine (the launcher's caller does).
+    """
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 

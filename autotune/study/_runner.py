@@ -359,11 +359,15 @@ class StudyRunner:
         if memory is None or self.model_info is None:
             return None
         model_path = Path(config.model)
+        # The device the memory was read from says which of vLLM's checks apply (a space for
+        # platform "any" runs on whatever the host has).
+        kind = memory.device.split(":")[0]
+        platform = {"cuda": "cuda", "npu": "ascend"}.get(kind, "cpu")
         estimate = estimate_memory(
             config.args,
             self.model_info,
             model_path if model_path.is_dir() else None,
-            self.space.platform,
+            platform,
             memory.total_bytes,
             memory.available_bytes,
         )

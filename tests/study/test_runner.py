@@ -564,3 +564,22 @@ def test_teardown_failure_stops_the_study_after_recording_the_trial(
     with pytest.raises(StudyError, match=r"trial 1 was recorded.*\[4242\].*busy host"):
         run(spec, space, measure)
     assert [t.status for t in records(spec)] == ["ok", "ok"]
+
+
+def test_estimate_for_a_space_of_any_platform_follows_the_device_it_read(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    from autotune.devices import DeviceMemory
+
+    file = tmp_path / "any.yaml"
+    file.write_text(KV_SPACE.replace("platform: cpu", "platform: any"))
+    space = load_space(file)
+    spec = make_spec(trials=4, space=str(file))
+    # GPU rules would refuse every config here (0.92 of 16 GiB is more than the 12 available);
+    # CPU rules check only the KV bytes, and every KV size of the space fits.
+    node = DeviceMemory("cpu:node0", total_bytes=16 * 2**30, available_bytes=12 * 2**30)
+    StudyRunner(
+        spec, space, StudyStore(spec.storage_url), measure, device_memory=lambda: node
+    ).run()
+    assert not [t for t in records(spec) if t.status == "predicted_oom"]
+    assert len(measure.calls) == 4
