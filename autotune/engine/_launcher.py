@@ -111,6 +111,12 @@ class RunningEngine:
     startup_s: float
     facts: EngineFacts
     watch: LogWatch
+    spawned: _Spawned
+
+    def mark_failed(self) -> None:
+        """The engine died or hung: teardown kills it at once instead of asking it to stop
+        (a vLLM server that is failing can hang on SIGTERM for longer than the trial took)."""
+        self.spawned.failed = True
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -234,8 +240,9 @@ def launch(
                 spawned.note_shared_memory()  # the engine's queues exist once it is ready
                 url = f"http://{settings.host}:{port}"
                 facts = read_facts(_read(log_path), url)
-                yield RunningEngine(url, port, process, log_path, startup_s, facts, watch)
+                yield RunningEngine(url, port, process, log_path, startup_s, facts, watch, spawned)
                 return
+            spawned.failed = True
         if failure.kind is not FailureKind.PORT_IN_USE:
             raise EngineError(failure, startup_s)
         logger.warning("port %d was taken before the engine bound it; retrying", port)
@@ -251,6 +258,7 @@ class _Spawned:
 
     process: subprocess.Popen[bytes]
     shared: set[Path] = field(default_factory=set)
+    failed: bool = False  # teardown skips SIGTERM: a failing vLLM can hang on it
 
     def tree(self) -> list[psutil.Process]:
         tree = _tree(self.process.pid)
@@ -280,7 +288,8 @@ def _spawn(
     finally:
         tree = spawned.tree()
         spawned.note_shared_memory(tree)
-        terminate_group(process, settings.stop_timeout_s, tree)  # raises if any survived
+        stop_s = 0.0 if spawned.failed else settings.stop_timeout_s
+        terminate_group(process, stop_s, tree)  # raises if any survived
         remove_leaked_shm(spawned.shared)
         pid_file.unlink(missing_ok=True)  # kept when teardown failed: a resume reaps the group
         _wait_released(settings, [p.pid for p in tree])
@@ -402,18 +411,21 @@ def terminate_group(
     SIGTERM to the group first, and time for every member to exit (vLLM's engine core and
     workers shut down cleanly and unlink their shared memory, even when the server itself is
     already dead); SIGKILL to the group and to any recorded descendant that left it after
-    `stop_timeout_s`; then wait until every one of them is gone.
+    `stop_timeout_s` (at once when it is 0: for an engine that already failed); then wait until
+    every one of them is gone.
     """
     pgid = process.pid
     tree = _tree(process.pid) if tree is None else tree
-    _signal_group(pgid, signal.SIGTERM)
     others = _unique([p for p in tree if p.pid != pgid] + group_members(pgid), exclude=pgid)
-    deadline = time.monotonic() + stop_timeout_s
-    with suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=stop_timeout_s)
-    _, alive = psutil.wait_procs(others, timeout=max(0.0, deadline - time.monotonic()))
-    if process.poll() is None or alive:
-        logger.warning("engine %d ignored SIGTERM for %.0f s; killing", pgid, stop_timeout_s)
+    alive = others
+    if stop_timeout_s > 0:
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + stop_timeout_s
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=stop_timeout_s)
+        _, alive = psutil.wait_procs(others, timeout=max(0.0, deadline - time.monotonic()))
+        if process.poll() is None or alive:
+            logger.warning("engine %d ignored SIGTERM for %.0f s; killing", pgid, stop_timeout_s)
     _signal_group(pgid, signal.SIGKILL)
     for proc in alive:
         _kill(proc)

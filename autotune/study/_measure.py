@@ -102,6 +102,7 @@ def measure(
                     guard=guard,
                 )
             except BenchmarkAborted as aborted:
+                engine.mark_failed()
                 _write_records(trial_dir, aborted.records)
                 result.engine["abort"] = {
                     "kind": str(aborted.abort.kind),
@@ -116,6 +117,7 @@ def measure(
             else:
                 _write_records(trial_dir, records)
                 if not engine.alive():
+                    engine.mark_failed()
                     noticed = {"kind": "engine", "noticed_unix": round(time.time(), 3)}
                     result.engine["abort"] = {**noticed, "reason": "engine exited"}
                     _fail(result, engine.failure(FailureKind.CRASH))
