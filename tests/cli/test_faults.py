@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support import processes_mentioning
 
 from autotune.store import StudyStore, TrialRecord
 
@@ -44,16 +45,7 @@ def trials_of(root: Path, study: str) -> list[TrialRecord]:
 
 
 def engines_under(root: Path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and any(
-                str(root) in a for a in proc.cmdline()
-            ):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+    return processes_mentioning(str(root))
 
 
 def assert_no_engine_left(root: Path, timeout_s: float = 10) -> None:

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 import yaml
+from support import processes_mentioning
 
 from autotune.bench import (
     read_records,
@@ -44,17 +44,6 @@ SHIM = REPO / "tests" / "vllm_cli_shim.py"
 AUTOTUNE = [sys.executable, "-m", "autotune"]
 TRIALS = 4
 PROMPTS = 32
-
-
-def processes_mentioning(text: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if text in " ".join(proc.info["cmdline"] or []):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 def engine_env(tmp: Path) -> dict[str, str]:

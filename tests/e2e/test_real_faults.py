@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import psutil
 import pytest
+from support import processes_mentioning
 
 from autotune.devices import cpu_memory
 from autotune.store import StudyStore
@@ -38,17 +38,6 @@ parameters:
 
 def psm_segments() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("psm_*")}
-
-
-def mentioning(text: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and any(text in a for a in proc.cmdline()):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
@@ -87,7 +76,7 @@ def test_a_real_oom_is_recorded_and_its_region_never_launched_again(
     assert predicted and all(t.device_s is None for t in predicted)
     assert all(f"trial {oom.number}," in t.reason for t in predicted)
     assert "the space is exhausted" in text
-    assert mentioning(str(root)) == []
+    assert processes_mentioning(str(root)) == []
     assert psm_segments() <= before  # the failed engine's shared memory was removed
 
 

@@ -16,49 +16,24 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
+from support import FAKE_COMMAND, fake_settings, processes_mentioning
 
 from autotune.bench import LoadProfile, RequestSpec
 from autotune.engine import (
     EngineConfig,
     EngineError,
     FailureKind,
-    LaunchSettings,
     launch,
     port_is_free,
 )
 from autotune.engine._launcher import PID_FILE, _write_pid_file, reap_stale_engine
 from autotune.study import Measurement, Workplan, measure
 
-FAKE_ENGINE = Path(__file__).resolve().parents[1] / "fake_engine.py"
-FAKE_COMMAND = "{python} " + shlex.quote(str(FAKE_ENGINE))
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny-served", args={"max_num_seqs": 4})
-
-
-def settings(tmp_path: Path, **kwargs: Any) -> LaunchSettings:
-    values: dict[str, Any] = {
-        "command": FAKE_COMMAND,
-        "cache_dir": tmp_path / "cache",
-        "startup_timeout_s": 20.0,
-        "stop_timeout_s": 5.0,
-        "poll_interval_s": 0.05,
-        "extra_env": {"FAKE_ENGINE_STARTUP_S": "0.1"},
-    }
-    return LaunchSettings(**{**values, **kwargs})
-
-
-def processes_mentioning(text: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and any(text in a for a in proc.cmdline()):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+settings = fake_settings
 
 
 REQUESTS = [RequestSpec([1, 2, 3, 4], 32) for _ in range(40)]

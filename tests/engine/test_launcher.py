@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
 import pytest
+from support import FAKE_ENGINE, fake_settings, processes_mentioning
 
 from autotune.engine import (
     EngineConfig,
@@ -26,39 +27,13 @@ from autotune.engine import (
     launch,
     port_is_free,
     resolve_env,
+    terminate_group,
     to_yaml_text,
 )
 from autotune.engine._launcher import _ranges, engine_env
 
-FAKE_ENGINE = Path(__file__).resolve().parents[1] / "fake_engine.py"
-FAKE_COMMAND = "{python} " + shlex.quote(str(FAKE_ENGINE))
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny-served", args={"max_num_seqs": 4})
-
-
-def settings(tmp_path: Path, **kwargs: Any) -> LaunchSettings:
-    """Fast settings for the fake engine; `kwargs` override."""
-    values: dict[str, Any] = {
-        "command": FAKE_COMMAND,
-        "cache_dir": tmp_path / "cache",
-        "startup_timeout_s": 20.0,
-        "stop_timeout_s": 5.0,
-        "poll_interval_s": 0.05,
-        "extra_env": {"FAKE_ENGINE_STARTUP_S": "0.1"},
-    }
-    values.update(kwargs)
-    return LaunchSettings(**values)
-
-
-def processes_mentioning(text: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes whose command line mentions `text`."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and any(text in a for a in proc.cmdline()):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+settings = fake_settings
 
 
 def is_dead(pid: int) -> bool:
@@ -156,7 +131,8 @@ def test_never_ready_times_out(tmp_path: Path) -> None:
     # `_no_leftovers` checks that the sleeping fake engine is gone.
 
 
-def test_sigterm_ignored_means_sigkill_for_the_whole_group(tmp_path: Path) -> None:
+def stubborn_script(tmp_path: Path) -> tuple[Path, Path]:
+    """A bash engine that ignores SIGTERM, with a child that does too."""
     child_pid_file = tmp_path / "child.pid"
     script = tmp_path / "stubborn.sh"
     script.write_text(
@@ -165,20 +141,36 @@ def test_sigterm_ignored_means_sigkill_for_the_whole_group(tmp_path: Path) -> No
         f"echo $! > {shlex.quote(str(child_pid_file))}\n"
         "wait\n"
     )
+    return script, child_pid_file
+
+
+def test_sigterm_ignored_means_sigkill_for_the_whole_group(tmp_path: Path) -> None:
+    script, child_pid_file = stubborn_script(tmp_path)
+    process = subprocess.Popen(["bash", str(script)], start_new_session=True)
+    while not child_pid_file.exists() or not child_pid_file.read_text().strip():
+        time.sleep(0.05)
+    started = time.monotonic()
+    terminate_group(process, stop_timeout_s=1.0)
+    assert 1.0 <= time.monotonic() - started < 5.0  # the stop timeout, then SIGKILL
+    assert is_dead(process.pid) and is_dead(int(child_pid_file.read_text()))
+
+
+def test_an_engine_that_failed_is_killed_without_waiting(tmp_path: Path) -> None:
+    """A start-up timeout (or a death, or a hang) skips SIGTERM: a failing vLLM can hang on it."""
+    script, child_pid_file = stubborn_script(tmp_path)
     stubborn = settings(
         tmp_path,
         command=f"bash {shlex.quote(str(script))}",
         startup_timeout_s=1.0,
-        stop_timeout_s=1.0,
+        stop_timeout_s=30.0,
     )
     started = time.monotonic()
     with pytest.raises(EngineError) as info, launch(CONFIG, stubborn, tmp_path / "trial"):
         pytest.fail("an engine that serves nothing must not be yielded")
     elapsed = time.monotonic() - started
     assert info.value.failure.kind is FailureKind.STARTUP_TIMEOUT
-    assert 2.0 <= elapsed < 8.0  # start-up deadline, then the stop timeout, then SIGKILL
-    child = int(child_pid_file.read_text())
-    assert is_dead(child)
+    assert 1.0 <= elapsed < 6.0  # the start-up deadline, not the 30 s stop timeout
+    assert is_dead(int(child_pid_file.read_text()))
 
 
 def test_port_in_use_is_retried_on_another_port(tmp_path: Path) -> None:

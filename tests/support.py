@@ -1,0 +1,40 @@
+"""Helpers shared by tests that run engines (fake or real) as process trees."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from autotune.engine import LaunchSettings
+
+FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"
+FAKE_COMMAND = "{python} " + shlex.quote(str(FAKE_ENGINE))
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes whose command line mentions `text` (a trial folder)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and any(text in a for a in proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def fake_settings(tmp_path: Path, **kwargs: Any) -> LaunchSettings:
+    """Launch settings for tests/fake_engine.py, fast; `kwargs` override."""
+    values: dict[str, Any] = {
+        "command": FAKE_COMMAND,
+        "cache_dir": tmp_path / "cache",
+        "startup_timeout_s": 20.0,
+        "stop_timeout_s": 5.0,
+        "poll_interval_s": 0.05,
+        "extra_env": {"FAKE_ENGINE_STARTUP_S": "0.1"},
+    }
+    values.update(kwargs)
+    return LaunchSettings(**values)
