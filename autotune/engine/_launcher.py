@@ -4,9 +4,9 @@ The engine runs in a new session (its own process group) on a free loopback port
 in the trial folder. Readiness polls `/health` and notices a dead process, or a fatal line in
 its log, at once. Teardown ends the whole process group, then every recorded descendant, checks
 that none survives, removes the shared memory they leaked, and (on GPU/NPU hosts) waits until
-the devices no longer hold their memory. The engine is also told to stop if the tuner dies
-(parent-death signal), and its process group is written to `engine.pid` so that a resumed
-study can end an engine that a killed tuner left behind.
+the devices no longer hold their memory. The group's leader is a small supervisor
+(`_leader.py`) that ends the whole group if the tuner dies (parent-death signal), and the group
+is written to `engine.pid` so that a resumed study can end an engine a killed tuner left.
 """
 
 from __future__ import annotations
@@ -250,6 +250,7 @@ def launch(
 
 
 PID_FILE = "engine.pid"
+LEADER = Path(__file__).with_name("_leader.py")  # run by path: it imports no package code
 
 
 @dataclass
@@ -277,7 +278,8 @@ def _spawn(
         log.write(f"$ {shlex.join(argv)}\n".encode())
         log.flush()
         process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [sys.executable, str(LEADER), str(os.getpid()), *argv],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True, preexec_fn=_stop_with_parent,
         )  # fmt: skip
     pid_file = log_path.parent / PID_FILE
@@ -315,13 +317,14 @@ _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
 
 def _stop_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to send SIGTERM to the engine when the tuner dies, even by SIGKILL.
+    """Ask Linux to send SIGHUP to the group leader (`_leader.py`) when the tuner dies, even by
+    SIGKILL; the leader then ends the whole group.
 
     Linux sends it when the *thread* that started the engine exits: start an engine from a
     thread that lives at least as long as the engine (the launcher's caller does).
     """
     if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
 
 
 def _write_pid_file(path: Path, pid: int) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -130,33 +131,62 @@ def test_oom_above_a_kv_size_is_classified_from_vllms_own_message(tmp_path: Path
     assert result.summary is None and result.device_s < 10
 
 
+TUNER = """\
+import sys, time
+from collections.abc import Callable
+from pathlib import Path
+from autotune.engine import EngineConfig, LaunchSettings, launch
+tmp = Path(sys.argv[1])
+env = {"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_CHILD": "1"}
+s = LaunchSettings(command=sys.argv[2], cache_dir=tmp / "cache", extra_env=env,
+                   startup_timeout_s=300)
+try:
+    with launch(EngineConfig(model="tiny"), s, tmp / "trial") as engine:
+        time.sleep(120)
+except Exception:
+    time.sleep(120)
+"""
+
+
+def kill_tuner_and_wait(tmp_path: Path, command: str, ready: Callable[[], bool]) -> float:
+    """Start a tuner process that launches `command`, SIGKILL it once `ready()`, and return
+    how long the engine's processes took to go."""
+    script = tmp_path / "tuner.py"
+    script.write_text(TUNER)
+    tuner = subprocess.Popen([sys.executable, str(script), str(tmp_path), command])
+    deadline = time.monotonic() + 30
+    while not ready():
+        assert time.monotonic() < deadline, "the engine never got going"
+        time.sleep(0.05)
+    pgid = json.loads((tmp_path / "trial" / PID_FILE).read_text())["pgid"]
+    tree = [psutil.Process(pgid), *psutil.Process(pgid).children(recursive=True)]
+    tuner.kill()
+    tuner.wait()
+    killed = time.monotonic()
+    _, alive = psutil.wait_procs(tree, timeout=20)
+    assert alive == []
+    assert processes_mentioning(str(tmp_path / "trial")) == []
+    return time.monotonic() - killed
+
+
 def test_engine_stops_when_the_tuner_is_killed(tmp_path: Path) -> None:
     """The parent-death signal: a SIGKILLed tuner leaves no engine holding memory."""
-    tuner = tmp_path / "tuner.py"
-    tuner.write_text(
-        textwrap.dedent(
-            f"""\
-            import time
-            from pathlib import Path
-            from autotune.engine import EngineConfig, LaunchSettings, launch
-            tmp = Path({str(tmp_path)!r})
-            env = {{"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_CHILD": "1"}}
-            s = LaunchSettings(command={FAKE_COMMAND!r}, cache_dir=tmp / "cache", extra_env=env)
-            with launch(EngineConfig(model="tiny"), s, tmp / "trial") as engine:
-                print(engine.process.pid, flush=True)
-                time.sleep(120)
-            """
-        )
+    log = tmp_path / "trial" / "engine.log"
+    took = kill_tuner_and_wait(
+        tmp_path, FAKE_COMMAND, lambda: log.exists() and "Starting vLLM server" in log.read_text()
     )
-    proc = subprocess.Popen([sys.executable, str(tuner)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    engine_pid = int(proc.stdout.readline())
-    tree = [psutil.Process(engine_pid), *psutil.Process(engine_pid).children(recursive=True)]
-    assert len(tree) >= 2  # the fake engine and its engine-core child
-    proc.kill()
-    proc.wait()
-    _, alive = psutil.wait_procs(tree, timeout=10)
-    assert alive == []
+    assert took < 5
+
+
+def test_an_engine_stuck_in_start_up_stops_when_the_tuner_is_killed(tmp_path: Path) -> None:
+    """vLLM can hang on SIGTERM while it starts: the group leader escalates to SIGKILL."""
+    script = tmp_path / "stuck.sh"
+    script.write_text("trap '' TERM\necho starting\nsleep 300 &\nwait\n")
+    log = tmp_path / "trial" / "engine.log"
+    took = kill_tuner_and_wait(
+        tmp_path, f"bash {script}", lambda: log.exists() and "starting" in log.read_text()
+    )
+    assert took < 15  # the leader's 10 s grace, then SIGKILL
 
 
 def test_reap_ends_an_engine_left_by_a_killed_tuner(tmp_path: Path) -> None:
