@@ -11,8 +11,19 @@ problems = check_constraints(options, ModelInfo.from_path(model), platform=space
 from autotune.space._constraints import ModelInfo, check_constraints
 from autotune.space._errors import SpaceError
 from autotune.space._loader import list_spaces, load_space
-from autotune.space._memory import MemoryEstimate, estimate_memory, weights_bytes
-from autotune.space._memory_order import dominating_oom, memory_order, needs_at_least, repair
+from autotune.space._memory import (
+    MemoryEstimate,
+    allocated_bytes,
+    estimate_memory,
+    weights_bytes,
+)
+from autotune.space._memory_order import (
+    comparable,
+    dominating_oom,
+    memory_order,
+    needs_at_least,
+    repair,
+)
 from autotune.space._params import (
     CORES_PLACEHOLDER,
     BoolParam,
@@ -34,7 +45,9 @@ __all__ = [
     "Parameter",
     "SearchSpace",
     "SpaceError",
+    "allocated_bytes",
     "check_constraints",
+    "comparable",
     "dominating_oom",
     "env_string",
     "estimate_memory",

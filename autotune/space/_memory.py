@@ -197,6 +197,29 @@ def estimate_memory(
     )
 
 
+def allocated_bytes(
+    options: dict[str, Any], model: ModelInfo | None, model_path: Path | None, platform: str
+) -> int | None:
+    """What a config surely allocates per worker, to order two configs of one model by memory.
+
+    Weights + KV cache + activations (lower bound), where the KV size is given
+    (`kv_cache_memory_bytes`). None where vLLM sizes the KV cache itself: it fills a share of
+    the device then, so what runs out (activations, graphs) is not ordered by any total.
+    """
+    explicit_kv = _int_or_none(options.get("kv_cache_memory_bytes"))
+    if model is None or explicit_kv is None:
+        return None
+    s = _Setting(options=options, model=model, devices=1, platform=platform)
+    workers = max(1, int(s.get("tensor_parallel_size")) * int(s.get("pipeline_parallel_size")))
+    dtype = options.get("dtype")
+    checkpoint = weights_bytes(model_path, dtype) if model_path is not None else None
+    act_bytes = _AUTO_DTYPE_BYTES if dtype in (None, "auto") else dtype_bytes(str(dtype))
+    activation = activation_lower_bound(
+        s.max_num_batched_tokens, int(s.get("max_num_seqs")), model, act_bytes
+    )
+    return (checkpoint or 0) // workers + explicit_kv + activation
+
+
 @dataclass(frozen=True)
 class _Budget:
     total: int

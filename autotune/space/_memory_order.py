@@ -100,6 +100,15 @@ def needs_at_least(space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any
     return True
 
 
+def comparable(space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two configs agree on every parameter whose effect on memory is unknown."""
+    return all(
+        a.get(p.name) == b.get(p.name) and type(a.get(p.name)) is type(b.get(p.name))
+        for p in space.parameters
+        if memory_order(p) == EXACT
+    )
+
+
 def dominating_oom(
     space: SearchSpace, params: Mapping[str, Any], ooms: Iterable[tuple[int, Mapping[str, Any]]]
 ) -> int | None:

@@ -38,7 +38,9 @@ from autotune.host import describe_host
 from autotune.space import (
     ModelInfo,
     SearchSpace,
+    allocated_bytes,
     check_constraints,
+    comparable,
     dominating_oom,
     estimate_memory,
     repair,
@@ -342,9 +344,8 @@ class StudyRunner:
             return True
         if baseline or not self.learn_failures:
             return False  # the baseline always runs: a wrong prediction must not stop the study
-        oom = dominating_oom(self.space, trial.params, _known_ooms(study))
-        if oom is not None:
-            reason = f"needs at least the memory of trial {oom}, which ran out of memory"
+        reason = self._predicted_oom(trial.params, config, _known_ooms(study))
+        if reason is not None:
             self._tell_skipped(study, trial, str(FailureKind.PREDICTED_OOM), reason)
             return True
         problem = self._memory_problem(config)
@@ -352,6 +353,45 @@ class StudyRunner:
             self._tell_skipped(study, trial, str(FailureKind.PREDICTED_OOM), problem)
             return True
         return False
+
+    def _predicted_oom(
+        self,
+        params: dict[str, Any],
+        config: EngineConfig,
+        ooms: list[tuple[int, dict[str, Any]]],
+    ) -> str | None:
+        """Why `params` would run out of memory as a known OOM config did, if it would.
+
+        By the memory order of the parameters (at least as much on every one), or, where the
+        KV size is given, by what the two configs surely allocate (the estimate's weights + KV
+        + activations): one OOM then rules out every config that allocates more, whichever
+        parameter makes up the difference.
+        """
+        number = dominating_oom(self.space, params, ooms)
+        if number is not None:
+            return f"needs at least the memory of trial {number}, which ran out of memory"
+        need = self._allocated(config)
+        if need is None:
+            return None
+        for number, oom_params in ooms:
+            if not comparable(self.space, params, oom_params):
+                continue
+            known = self._allocated(self._engine_config(oom_params))
+            if known is not None and need >= known:
+                return (
+                    f"allocates at least the memory of trial {number}, which ran out of memory "
+                    f"({need / 2**30:.2f} >= {known / 2**30:.2f} GiB by the estimate)"
+                )
+        return None
+
+    def _allocated(self, config: EngineConfig) -> int | None:
+        model_path = Path(config.model)
+        return allocated_bytes(
+            config.args,
+            self.model_info,
+            model_path if model_path.is_dir() else None,
+            self.space.platform,
+        )
 
     def _memory_problem(self, config: EngineConfig) -> str | None:
         """Why the config cannot fit the device's memory, by the pre-launch estimate."""

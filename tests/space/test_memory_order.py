@@ -131,3 +131,26 @@ def test_shipped_cpu_space_orders(tmp_path: Path) -> None:
     orders = {p.name: memory_order(p) for p in space.parameters}
     assert orders["kv_cache_mib"] == "up" and orders["max_num_seqs"] == "up"
     assert orders["omp_bind"] == "none"  # thread binding moves no memory
+
+
+def test_configs_agree_on_parameters_of_unknown_memory_effect(space: SearchSpace) -> None:
+    from autotune.space import comparable
+
+    assert comparable(space, config(max_num_seqs=512, block_size=32), config())
+    assert not comparable(space, config(alloc="expandable_segments:True"), config())
+
+
+def test_allocated_bytes_orders_configs_with_a_given_kv_size(tiny_model: Path) -> None:
+    from autotune.space import ModelInfo, allocated_bytes
+
+    model = ModelInfo.from_path(tiny_model)
+    small = allocated_bytes(
+        {"kv_cache_memory_bytes": 2**30, "max_num_seqs": 256}, model, tiny_model, "cpu"
+    )
+    large = allocated_bytes(
+        {"kv_cache_memory_bytes": 2**31, "max_num_seqs": 8}, model, tiny_model, "cpu"
+    )
+    assert small is not None and large is not None
+    assert 2**30 < small < large  # weights and activations on top of the KV cache
+    # Where vLLM sizes the KV cache itself, there is no total to order by.
+    assert allocated_bytes({"gpu_memory_utilization": 0.9}, model, tiny_model, "cuda") is None

@@ -412,16 +412,15 @@ def test_oom_sets_the_oom_constraint_and_predicts_later_ooms(
         (source,) = [o for o in ooms if f"trial {o.number}," in t.reason]
         assert source.number < t.number
         assert t.params["kv_cache_mib"] >= source.params["kv_cache_mib"]
-        assert t.params["max_num_seqs"] >= source.params["max_num_seqs"]
-    # Nothing at least as hungry as a known OOM was launched after it.
+        if "by the estimate" not in t.reason:  # by the memory order: more on every parameter
+            assert t.params["max_num_seqs"] >= source.params["max_num_seqs"]
+    assert any("by the estimate" in t.reason for t in predicted)
+    # Nothing that allocates as much as a known OOM was launched after it: on the tiny model
+    # the KV cache is nearly all of it.
     for later in launched(trials):
         for oom in ooms:
             if later.number > oom.number:
-                dominated = (
-                    later.params["kv_cache_mib"] >= oom.params["kv_cache_mib"]
-                    and later.params["max_num_seqs"] >= oom.params["max_num_seqs"]
-                )
-                assert not dominated
+                assert later.params["kv_cache_mib"] <= oom.params["kv_cache_mib"]
     assert result.skipped >= len(predicted)
 
 
