@@ -10,6 +10,7 @@ import typer
 from autotune.cli import _spaces
 from autotune.cli._bench import bench
 from autotune.cli._common import cli_errors, console
+from autotune.cli._devices import devices
 from autotune.cli._results import export, show
 from autotune.cli._tune import tune
 
@@ -24,6 +25,7 @@ app.command()(tune)
 app.command()(show)
 app.command()(export)
 app.command()(bench)
+app.command()(devices)
 app.add_typer(_spaces.app, name="spaces")
 
 

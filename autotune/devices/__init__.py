@@ -1,13 +1,20 @@
-"""Accelerator memory and processes, as the device tools report them.
+"""Accelerators and CPUs: what a host has, how its devices are shared by trials, their memory.
 
-Reads what nvidia-smi, npu-smi and the kernel's NUMA meminfo say about device memory and the
-processes holding it: to judge whether a config fits before it is launched, and to wait after a
-trial's teardown until its processes have released the devices.
+Discovery (`discover`) lists NPUs (npu-smi), GPUs (nvidia-smi) or the CPU's NUMA nodes, with the
+topology the tools print; `--devices 0-3,6` limits it (`parse_device_list`, `select_devices`).
+A `DevicePool` hands disjoint, topology-near device sets to trials that run at once, each as a
+`Lease` with the environment that shows it its devices; on CPU the devices are core slots
+(`split_cpu`). The memory readers (nvidia-smi, npu-smi, NUMA meminfo) judge whether a config fits
+before it is launched, and `wait_released` waits after a teardown until the devices are free.
 """
 
 from autotune.devices._ascend import NPU_SMI_INFO, NpuDevice, NpuSmiInfo, parse_npu_smi_info
 from autotune.devices._cpu import cpu_memory
+from autotune.devices._cpu_slots import split_cpu
+from autotune.devices._discover import discover
+from autotune.devices._inventory import PLATFORMS, Device, DeviceError, Inventory, Platform
 from autotune.devices._memory import device_memory
+from autotune.devices._numa import format_cpulist, parse_cpulist
 from autotune.devices._nvidia import (
     NVIDIA_APPS_QUERY,
     NVIDIA_GPU_QUERY,
@@ -16,26 +23,48 @@ from autotune.devices._nvidia import (
     parse_nvidia_apps,
     parse_nvidia_gpus,
 )
+from autotune.devices._pool import DevicePool, Lease, check_parallel
 from autotune.devices._records import DeviceMemory, DeviceProcess, SmiParseError
 from autotune.devices._release import ReleaseResult, run_tool, wait_released
+from autotune.devices._selection import format_device_list, parse_device_list, select_devices
+from autotune.devices._topology import NPU_SMI_TOPO, NVIDIA_TOPO, Topology, parse_topology
 
 __all__ = [
     "NPU_SMI_INFO",
+    "NPU_SMI_TOPO",
     "NVIDIA_APPS_QUERY",
     "NVIDIA_GPU_QUERY",
+    "NVIDIA_TOPO",
+    "PLATFORMS",
+    "Device",
+    "DeviceError",
     "DeviceMemory",
+    "DevicePool",
     "DeviceProcess",
+    "Inventory",
+    "Lease",
     "NpuDevice",
     "NpuSmiInfo",
     "NvidiaGpu",
+    "Platform",
     "ReleaseResult",
     "SmiParseError",
+    "Topology",
+    "check_parallel",
     "cpu_memory",
     "device_memory",
+    "discover",
+    "format_cpulist",
+    "format_device_list",
     "gpu_devices",
+    "parse_cpulist",
+    "parse_device_list",
     "parse_npu_smi_info",
     "parse_nvidia_apps",
     "parse_nvidia_gpus",
+    "parse_topology",
     "run_tool",
+    "select_devices",
+    "split_cpu",
     "wait_released",
 ]

@@ -1,0 +1,168 @@
+"""Finding the devices of a host: NPUs (npu-smi), GPUs (nvidia-smi), else the CPU's NUMA nodes.
+
+Accelerators come with their topology where the tool's matrix can be read (`npu-smi info -t
+topo`, `nvidia-smi topo -m`); a device's NUMA node and cores are its affinity there. The CPU
+inventory has one device per NUMA node that has CPUs this process may use.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
+from autotune.devices._cpu import cpu_memory
+from autotune.devices._inventory import Device, DeviceError, DeviceKind, Inventory
+from autotune.devices._numa import (
+    allowed_cpus,
+    format_cpulist,
+    node_of,
+    numa_cpus,
+    online_cpus,
+    parse_cpulist,
+)
+from autotune.devices._nvidia import NVIDIA_GPU_QUERY, parse_nvidia_gpus
+from autotune.devices._records import SmiParseError
+from autotune.devices._release import Runner, run_tool
+from autotune.devices._topology import NPU_SMI_TOPO, NVIDIA_TOPO, Topology, parse_topology
+
+logger = logging.getLogger(__name__)
+
+_TOOLS = {"ascend": "npu-smi", "cuda": "nvidia-smi"}
+_ORDER = {"auto": ("ascend", "cuda"), "ascend": ("ascend",), "cuda": ("cuda",), "cpu": ()}
+_TOOL_ERRORS = (subprocess.SubprocessError, SmiParseError, OSError)
+
+
+def discover(
+    platform: str = "auto", *, run: Runner | None = None, root: Path = Path("/")
+) -> Inventory:
+    """The devices of `platform`: `ascend`, `cuda`, `cpu`, or `auto`.
+
+    `auto` takes the first installed tool of npu-smi and nvidia-smi that lists a device, else
+    the CPU; a tool that is installed but fails is logged and passed over. An explicit `ascend`
+    or `cuda` raises DeviceError when its tool is missing, fails or lists nothing. `run` runs a
+    tool's argv and returns its stdout (default `run_tool`); `root` is where sysfs and procfs
+    are read (for tests).
+    """
+    if platform not in _ORDER:
+        raise DeviceError(f"unknown platform {platform!r}: expected auto, cpu, cuda or ascend")
+    runner = run or run_tool
+    readers: dict[str, Callable[[Runner, Path], Inventory]] = {
+        "ascend": _ascend_inventory,
+        "cuda": _cuda_inventory,
+    }
+    for candidate in _ORDER[platform]:
+        tool, level = _TOOLS[candidate], logging.WARNING
+        try:
+            found = readers[candidate](runner, root)
+        except FileNotFoundError:
+            problem = f"{tool} is not installed: cannot list {candidate} devices"
+            level = logging.DEBUG
+        except SmiParseError as err:
+            problem = f"{tool} output not understood: {_first_line(err)}"
+        except _TOOL_ERRORS as err:
+            problem = f"{tool} failed: {_first_line(err)}"
+        else:
+            if found.devices:
+                return found
+            problem = f"{tool} lists no device"
+        if platform == candidate:
+            raise DeviceError(problem)
+        logger.log(level, "%s; trying the next platform", problem)
+    return _cpu_inventory(root)
+
+
+def _ascend_inventory(run: Runner, root: Path) -> Inventory:
+    chips = sorted(
+        parse_npu_smi_info(run(list(NPU_SMI_INFO))).devices, key=lambda d: (d.npu, d.chip)
+    )
+    # One chip per NPU (A2): the NPU id is the logical id. Several (A3): logical ids follow the
+    # listing, and the topology matrix, which names NPUs, does not map onto chips: it is not used.
+    one_chip_each = len({d.npu for d in chips}) == len(chips)
+    topology = _topology(run, NPU_SMI_TOPO) if one_chip_each else None
+    nodes = numa_cpus(root)
+    devices = []
+    for index, chip in enumerate(chips):
+        device_id = chip.npu if one_chip_each else index
+        name = chip.name if one_chip_each else f"{chip.name} (NPU {chip.npu} chip {chip.chip})"
+        memory = (chip.hbm_total_bytes, chip.hbm_used_bytes)
+        devices.append(_accelerator(device_id, name, "npu", memory, topology, nodes))
+    return Inventory("ascend", devices, topology)
+
+
+def _cuda_inventory(run: Runner, root: Path) -> Inventory:
+    gpus = sorted(parse_nvidia_gpus(run(list(NVIDIA_GPU_QUERY))), key=lambda g: g.index)
+    topology = _topology(run, NVIDIA_TOPO)
+    nodes = numa_cpus(root)
+    devices = [
+        _accelerator(gpu.index, gpu.name, "gpu", (gpu.total_bytes, gpu.used_bytes), topology, nodes)
+        for gpu in gpus
+    ]
+    return Inventory("cuda", devices, topology)
+
+
+def _accelerator(
+    device_id: int,
+    name: str,
+    kind: DeviceKind,
+    memory: tuple[int | None, int | None],
+    topology: Topology | None,
+    nodes: dict[int, list[int]],
+) -> Device:
+    """An NPU or GPU, with its NUMA node and cores from the topology's affinities."""
+    cores = topology.cpu_affinity.get(device_id) if topology else None
+    numa = topology.numa_affinity.get(device_id) if topology else None
+    if numa is None and cores is not None:
+        numa = node_of(parse_cpulist(cores), nodes)
+    return Device(device_id, name, memory[0], memory[1], kind, numa, cores)
+
+
+def _topology(run: Runner, argv: tuple[str, ...]) -> Topology | None:
+    """The tool's topology matrix; None (logged) where it cannot be read."""
+    try:
+        return parse_topology(run(list(argv)))
+    except (*_TOOL_ERRORS, ValueError) as err:
+        logger.info("no topology from %s: %s", " ".join(argv), _first_line(err))
+        return None
+
+
+def _cpu_inventory(root: Path) -> Inventory:
+    nodes = numa_cpus(root) or {0: online_cpus(root)}
+    allowed = allowed_cpus(root)
+    name = _cpu_model(root)
+    devices = []
+    for node, cpus in nodes.items():
+        usable = [cpu for cpu in cpus if allowed is None or cpu in allowed]
+        if not usable:
+            continue  # a memory-only node, or one whose CPUs this process may not use
+        memory = cpu_memory(node, root)
+        used = memory.total_bytes - memory.available_bytes
+        devices.append(
+            Device(node, name, memory.total_bytes, used, "cpu", node, format_cpulist(usable))
+        )
+    if not devices:
+        raise DeviceError("no CPU of any NUMA node is available to this process")
+    return Inventory("cpu", devices)
+
+
+def _cpu_model(root: Path) -> str:
+    try:
+        text = (root / "proc/cpuinfo").read_text()
+    except OSError:
+        return "cpu"
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "cpu"
+
+
+def _first_line(err: BaseException) -> str:
+    """One line for an error: its message, and what the tool wrote to stderr where it did."""
+    lines = str(err).strip().splitlines()
+    text = lines[0] if lines else type(err).__name__
+    stderr = getattr(err, "stderr", None)
+    if isinstance(stderr, str) and stderr.strip():
+        text = f"{text}: {stderr.strip().splitlines()[0]}"
+    return text

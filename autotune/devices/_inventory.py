@@ -1,0 +1,63 @@
+"""What a host offers the tuner: its platform and devices (NPUs, GPUs or CPU NUMA nodes)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from autotune.devices._topology import Topology
+
+Platform = Literal["ascend", "cuda", "cpu"]
+DeviceKind = Literal["npu", "gpu", "cpu"]
+PLATFORMS: tuple[Platform, ...] = ("ascend", "cuda", "cpu")
+
+
+class DeviceError(ValueError):
+    """Devices that cannot be found or given as asked; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device a trial can be given.
+
+    `id` is what the platform's visibility variable takes: the NPU's logical id
+    (`ASCEND_RT_VISIBLE_DEVICES`), the GPU's nvidia-smi index (`CUDA_VISIBLE_DEVICES` with
+    `CUDA_DEVICE_ORDER=PCI_BUS_ID`), or on CPU the NUMA node (or core slot, see `split_cpu`).
+    Memory is in bytes, None where the tool does not report it; on CPU it is the node's memory as
+    vLLM counts it. `cores` is a cpulist: the CPU affinity of an accelerator, a CPU device's own
+    cores.
+    """
+
+    id: int
+    name: str
+    total_bytes: int | None
+    used_bytes: int | None
+    kind: DeviceKind
+    numa_node: int | None = None
+    cores: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The devices of one platform on this host, ordered by id, and how they are linked."""
+
+    platform: Platform
+    devices: list[Device]
+    topology: Topology | None = field(default=None, compare=False)
+
+    @property
+    def ids(self) -> list[int]:
+        return [device.id for device in self.devices]
+
+    def device(self, device_id: int) -> Device:
+        for device in self.devices:
+            if device.id == device_id:
+                return device
+        raise KeyError(device_id)
+
+    def to_dict(self) -> dict[str, object]:
+        """The platform and devices as plain JSON-ready values."""
+        return {"platform": self.platform, "devices": [d.to_dict() for d in self.devices]}

@@ -1,0 +1,214 @@
+"""Handing disjoint device sets to trials that run at once, and whether a TP x PP config fits.
+
+`DevicePool.acquire(n)` blocks until n devices are free and returns a `Lease` of the nearest n
+(by topology, then NUMA node, then consecutive ids; see `nearest_set`). Requests are served in
+the order they arrive: a large request is never starved by a stream of small ones, at the cost
+of small ones waiting behind a large one that does not fit yet.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Hashable, Sequence
+from types import TracebackType
+
+from autotune.devices._inventory import Device, DeviceError, DeviceKind, Inventory, Platform
+from autotune.devices._placement import nearest_set, pair_cost
+from autotune.devices._topology import Topology
+
+
+class Lease:
+    """Devices held by one trial until released: their ids and the environment that shows them.
+
+    A context manager: leaving the `with` block releases it.
+    """
+
+    def __init__(self, pool: DevicePool, token: int, devices: list[Device]) -> None:
+        self._pool = pool
+        self.token = token
+        self.devices = devices
+
+    @property
+    def ids(self) -> list[int]:
+        return [device.id for device in self.devices]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables that give a trial exactly these devices.
+
+        ascend: `ASCEND_RT_VISIBLE_DEVICES`; cuda: `CUDA_VISIBLE_DEVICES` with
+        `CUDA_DEVICE_ORDER=PCI_BUS_ID` (so ids are nvidia-smi's); cpu:
+        `VLLM_CPU_OMP_THREADS_BIND`, one core set per worker joined with `|`.
+        """
+        platform = self._pool.platform
+        ids = ",".join(str(i) for i in self.ids)
+        if platform == "ascend":
+            return {"ASCEND_RT_VISIBLE_DEVICES": ids}
+        if platform == "cuda":
+            return {"CUDA_VISIBLE_DEVICES": ids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(d.cores or "" for d in self.devices)}
+
+    def release(self) -> None:
+        self._pool.release(self)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"Lease(ids={self.ids}, platform={self._pool.platform!r})"
+
+
+class DevicePool:
+    """Disjoint device sets for trials that run at the same time. Thread-safe.
+
+    Built from an `Inventory` (its platform and topology; on CPU its devices are NUMA nodes or
+    the core slots of `split_cpu`), or from plain ids with `platform` ascend or cuda.
+    `topology` overrides the inventory's.
+    """
+
+    def __init__(
+        self,
+        devices: Inventory | Sequence[int],
+        topology: Topology | None = None,
+        *,
+        platform: Platform | None = None,
+    ) -> None:
+        if isinstance(devices, Inventory):
+            self.platform: Platform = devices.platform
+            listed = list(devices.devices)
+            self.topology = topology or devices.topology
+        else:
+            if platform not in ("ascend", "cuda"):
+                raise DeviceError(
+                    f"a pool of plain ids needs platform ascend or cuda, not {platform!r} "
+                    f"(a CPU pool is built from an inventory: its devices carry the cores)"
+                )
+            self.platform = platform
+            kind: DeviceKind = "npu" if platform == "ascend" else "gpu"
+            listed = [Device(i, f"device {i}", None, None, kind) for i in devices]
+            self.topology = topology
+        self._devices = {d.id: d for d in listed}
+        if len(self._devices) != len(listed):
+            raise DeviceError("a device id is given twice")
+        if not self._devices:
+            raise DeviceError("a device pool needs at least one device")
+        self._cost = pair_cost(self.topology, self._groups())
+        self._free = set(self._devices)
+        self._held: dict[int, frozenset[int]] = {}
+        self._cond = threading.Condition()
+        self._queue: deque[int] = deque()
+        self._tickets = itertools.count()
+
+    @property
+    def size(self) -> int:
+        return len(self._devices)
+
+    @property
+    def free(self) -> list[int]:
+        """The ids free now (a snapshot)."""
+        with self._cond:
+            return sorted(self._free)
+
+    def acquire(self, n: int, timeout: float | None = None) -> Lease:
+        """Lease n devices, waiting until they are free and earlier requests are served.
+
+        Raises ValueError when n is not in 1..size (such a request could never be met), and
+        TimeoutError when `timeout` seconds pass first (then nothing is held).
+        """
+        if not 1 <= n <= self.size:
+            raise ValueError(f"cannot lease {n} devices from a pool of {self.size}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            ticket = next(self._tickets)
+            self._queue.append(ticket)
+            try:
+                while self._queue[0] != ticket or len(self._free) < n:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError(f"{n} devices were not free within {timeout} s")
+                    self._cond.wait(remaining)
+                ids = nearest_set(sorted(self._free), n, self._cost)
+                self._free.difference_update(ids)
+                self._held[ticket] = frozenset(ids)
+            finally:
+                self._queue.remove(ticket)
+                self._cond.notify_all()
+        return Lease(self, ticket, [self._devices[i] for i in ids])
+
+    def release(self, lease: Lease) -> None:
+        """Give a lease's devices back. Raises ValueError for a lease released already or of
+        another pool."""
+        with self._cond:
+            ids = self._held.pop(lease.token, None) if lease._pool is self else None
+            if ids is None:
+                raise ValueError(f"{lease!r} is not held in this pool (released already?)")
+            self._free.update(ids)
+            self._cond.notify_all()
+
+    def feasible(
+        self,
+        tensor_parallel_size: int,
+        pipeline_parallel_size: int = 1,
+        heads: int | None = None,
+        kv_heads: int | None = None,
+    ) -> str | None:
+        """Why a TP x PP config cannot run on this pool; None when it can (`check_parallel`)."""
+        return check_parallel(
+            tensor_parallel_size, pipeline_parallel_size, self.size, heads, kv_heads
+        )
+
+    def _groups(self) -> dict[int, Hashable]:
+        """Each device's NUMA node, else its CPU affinity in the topology, where known."""
+        groups: dict[int, Hashable] = {}
+        for device_id, device in self._devices.items():
+            affinity = self.topology.cpu_affinity.get(device_id) if self.topology else None
+            numa = self.topology.numa_affinity.get(device_id) if self.topology else None
+            group: Hashable = device.numa_node if device.numa_node is not None else numa
+            if group is None and affinity is not None:
+                group = f"cpus {affinity}"  # npu-smi names CPUs, not nodes
+            if group is not None:
+                groups[device_id] = group
+        return groups
+
+
+def check_parallel(
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    devices: int,
+    heads: int | None = None,
+    kv_heads: int | None = None,
+) -> str | None:
+    """Why TP x PP cannot run on `devices` devices for a model with `heads` attention heads and
+    `kv_heads` KV heads (both optional); None when it can.
+
+    The rules are those of `autotune.space.check_constraints` (tp * pp <= devices; tp divides
+    the heads, and divides or is a multiple of the KV heads).
+    """
+    # Imported here: autotune.space imports autotune.engine, which imports this package.
+    from autotune.space import ModelInfo, check_constraints
+
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    if tp < 1 or pp < 1:
+        return f"tensor_parallel_size ({tp}) and pipeline_parallel_size ({pp}) must be >= 1"
+    model = None
+    if heads is not None:
+        # Only the head counts matter to these rules; the other sizes are placeholders.
+        kv = kv_heads if kv_heads is not None else heads
+        model = ModelInfo.model_validate(
+            {"num_attention_heads": heads, "num_key_value_heads": kv, "hidden_size": heads,
+             "num_hidden_layers": 1}
+        )  # fmt: skip
+    options = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp}
+    problems = check_constraints(options, model, devices=devices)
+    return "; ".join(problems) or None

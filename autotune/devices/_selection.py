@@ -1,0 +1,69 @@
+"""`--devices 0-3,6`: the device list a user gives, and limiting an inventory to it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from autotune.devices._inventory import DeviceError, Inventory
+from autotune.devices._numa import format_cpulist
+
+_SINGLE = re.compile(r"^\d+$")
+_RANGE = re.compile(r"^(\d+)\s*-\s*(\d+)$")
+_NEGATIVE = re.compile(r"^-\s*\d")
+
+
+def parse_device_list(text: str) -> list[int]:
+    """`0-3,6` -> [0, 1, 2, 3, 6], in the order written.
+
+    Raises DeviceError (a ValueError) with a one-line message for an empty list or item, a
+    range that is not `LOW-HIGH` with LOW <= HIGH, a negative id, or an id listed twice.
+    """
+    if not text.strip():
+        raise DeviceError("--devices is empty: give ids such as 0-3,6")
+    ids: list[int] = []
+    for item in (part.strip() for part in text.split(",")):
+        ids.extend(_item(item, text))
+    seen: set[int] = set()
+    for device in ids:
+        if device in seen:
+            raise DeviceError(f"device {device} is listed twice in --devices {text.strip()!r}")
+        seen.add(device)
+    return ids
+
+
+def _item(item: str, text: str) -> list[int]:
+    where = f"in --devices {text.strip()!r}"
+    if not item:
+        raise DeviceError(f"empty item {where}: give ids such as 0-3,6")
+    if _SINGLE.match(item):
+        return [int(item)]
+    if _NEGATIVE.match(item):
+        raise DeviceError(f"negative device id {item!r} {where}")
+    match = _RANGE.match(item)
+    if match is None:
+        raise DeviceError(f"bad item {item!r} {where}: expected an id (3) or a range (0-3)")
+    low, high = int(match[1]), int(match[2])
+    if low > high:
+        raise DeviceError(f"bad range {item!r} {where}: its start is above its end")
+    return list(range(low, high + 1))
+
+
+def format_device_list(ids: list[int]) -> str:
+    """[0, 1, 2, 3, 6] -> `0-3,6`; the inverse of `parse_device_list` for sorted ids."""
+    return format_cpulist(ids)
+
+
+def select_devices(inventory: Inventory, ids: list[int]) -> Inventory:
+    """The inventory limited to `ids` (in id order). Raises DeviceError naming unknown ids."""
+    known = set(inventory.ids)
+    unknown = [device for device in ids if device not in known]
+    if unknown:
+        noun = "device" if len(unknown) == 1 else "devices"
+        available = format_device_list(inventory.ids) or "none"
+        raise DeviceError(
+            f"no {inventory.platform} {noun} {format_device_list(unknown)} on this host: "
+            f"available are {available}"
+        )
+    wanted = set(ids)
+    return replace(inventory, devices=[d for d in inventory.devices if d.id in wanted])
