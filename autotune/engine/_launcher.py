@@ -12,6 +12,7 @@ is written to `engine.pid` so that a resumed study can end an engine a killed tu
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -170,11 +172,26 @@ def engine_env(config: EngineConfig, settings: LaunchSettings) -> dict[str, str]
         cache = settings.cache_dir.resolve()
         for name, sub in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
             env[name] = str(cache / sub)
-        (cache / "tmp").mkdir(parents=True, exist_ok=True)
-        env["TMPDIR"] = str(cache / "tmp")
+        env["TMPDIR"] = str(engine_tmpdir(cache))
     env.update(settings.extra_env)
     env.update(resolve_env(config.env, settings.cores))
     return env
+
+
+# vLLM puts its ZeroMQ IPC sockets in TMPDIR under a 36-character name, and a socket path may
+# not exceed 107 bytes: a deep study folder made every engine fail at start-up.
+_MAX_TMPDIR_LEN = 64
+
+
+def engine_tmpdir(cache: Path) -> Path:
+    """A temp folder for the engine's files: `cache/tmp`, or a short one in the system's temp
+    folder, named after the cache, when that path leaves no room for vLLM's socket names."""
+    tmp = cache / "tmp"
+    if len(str(tmp)) > _MAX_TMPDIR_LEN:
+        digest = hashlib.sha1(str(cache).encode()).hexdigest()[:12]
+        tmp = Path(tempfile.gettempdir()) / f"autotune-{digest}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return tmp
 
 
 def resolve_env(env: dict[str, str], cores: str | None) -> dict[str, str]:

@@ -30,7 +30,7 @@ from autotune.engine import (
     terminate_group,
     to_yaml_text,
 )
-from autotune.engine._launcher import _ranges, engine_env
+from autotune.engine._launcher import _ranges, engine_env, engine_tmpdir
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny-served", args={"max_num_seqs": 4})
 settings = fake_settings
@@ -282,7 +282,7 @@ def test_engine_env_for_a_local_model(tmp_path: Path, monkeypatch: pytest.Monkey
     assert env["TRANSFORMERS_OFFLINE"] == "1"
     assert env["VLLM_CACHE_ROOT"] == str(cache.resolve() / "vllm")
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(cache.resolve() / "inductor")
-    assert (cache / "tmp").is_dir()
+    assert engine_tmpdir(cache).is_dir()  # created for the engine (cache/tmp, or a short one)
     assert env["TMPDIR"] == "/from/config"  # the config's env wins
     assert env["A"] == "2-3"
     assert env["B"] == "extra"
@@ -297,3 +297,13 @@ def test_engine_env_for_a_hub_model(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "HF_HUB_OFFLINE" not in env
     assert "VLLM_CACHE_ROOT" not in env  # no cache_dir: vLLM's own default
     assert env["VLLM_NO_USAGE_STATS"] == "1"
+
+
+def test_engine_tmpdir_leaves_room_for_vllms_socket_names(tmp_path: Path) -> None:
+    """vLLM's ZeroMQ sockets live in TMPDIR; a socket path may not exceed 107 bytes."""
+    short = engine_tmpdir(Path("/tmp/c"))
+    assert short == Path("/tmp/c/tmp") and short.is_dir()
+    deep = tmp_path / ("a-very-long-study-folder-name" * 3) / ".cache"
+    tmp = engine_tmpdir(deep)
+    assert tmp.is_dir() and len(str(tmp)) + 1 + 36 <= 107
+    assert engine_tmpdir(deep) == tmp  # the same cache, the same folder
