@@ -48,14 +48,22 @@ def main(tuner_pid: int, argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             continue
     if code < 0:  # died on a signal: die on the same one, so the launcher sees it
-        signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL's action cannot be set
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 
 
 def end_group(child: subprocess.Popen[bytes]) -> None:
     """The tuner died: SIGTERM to the group, SIGKILL to all of it (this process too) after the
-    server exits or the grace period ends."""
+    server exits or the grace period ends. Only the group this process leads: started any other
+    way (not in a session of its own) it ends just the server."""
+    if os.getpgrp() != os.getpid():
+        child.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=ORPHAN_GRACE_S)
+        child.kill()
+        return
     os.killpg(0, signal.SIGTERM)  # this process ignores it
     with contextlib.suppress(subprocess.TimeoutExpired):
         child.wait(timeout=ORPHAN_GRACE_S)

@@ -221,3 +221,20 @@ def test_reap_never_signals_a_reused_pid(tmp_path: Path) -> None:
     (tmp_path / PID_FILE).write_text(json.dumps({"pgid": os.getpid(), "create_time": 1.0}))
     assert not reap_stale_engine(tmp_path)  # this test's own pid, started at another time
     assert not (tmp_path / PID_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "code"), [("exit 3", 3), ("kill -9 $$", -9), ("kill -11 $$", -11)]
+)
+def test_group_leader_exits_as_the_server_did(command: str, code: int) -> None:
+    """The launcher classifies a death from the exit status: the leader must pass it on."""
+    from autotune.engine._launcher import LEADER
+
+    leader = subprocess.Popen(
+        [sys.executable, str(LEADER), str(os.getpid()), "bash", "-c", command],
+        start_new_session=True,  # as the launcher starts it: its group is its own
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert leader.wait(timeout=10) == code
+    assert leader.stderr is not None and "Traceback" not in leader.stderr.read()
