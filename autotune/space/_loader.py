@@ -13,8 +13,8 @@ from autotune.space._errors import SpaceError
 from autotune.space._params import PARAMETER_TYPES
 from autotune.space._space import SearchSpace
 
-# The shipped spaces live at the repository root, next to the package.
-SHIPPED_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+# The shipped spaces are package data (`search_spaces/` at the repository root links here).
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
 
 
 def list_spaces() -> list[Path]:
