@@ -23,6 +23,11 @@ class DeviceMemory:
     total_bytes: int
     available_bytes: int
 
+    @property
+    def platform(self) -> str:
+        """The vLLM platform whose memory checks apply here: cpu, cuda or ascend."""
+        return {"cuda": "cuda", "npu": "ascend"}.get(self.device.split(":")[0], "cpu")
+
 
 @dataclass(frozen=True)
 class DeviceProcess:

@@ -370,7 +370,7 @@ def reap_stale_engine(trial_dir: Path, stop_timeout_s: float = 20.0) -> bool:
         pid_file.unlink(missing_ok=True)
         return False
     logger.warning("ending engine %d left running by an earlier tuner", leader.pid)
-    tree = [leader, *_children(leader)]
+    tree = _tree(leader.pid) or [leader]
     shared = shm_used_by(p.pid for p in tree)
     _signal_group(leader.pid, signal.SIGTERM)
     _, alive = psutil.wait_procs(tree, timeout=stop_timeout_s)
@@ -381,13 +381,6 @@ def reap_stale_engine(trial_dir: Path, stop_timeout_s: float = 20.0) -> bool:
     remove_leaked_shm(shared)
     pid_file.unlink(missing_ok=True)
     return True
-
-
-def _children(proc: psutil.Process) -> list[psutil.Process]:
-    try:
-        return list(proc.children(recursive=True))
-    except psutil.Error:
-        return []
 
 
 def _wait_ready(

@@ -26,6 +26,7 @@ per token come from `ModelInfo` (full attention on every layer, no sliding windo
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -48,8 +49,12 @@ _LOGITS_BYTES = 4  # the sampler works on float32 logits
 _DEFAULT_MAX_CAPTURE = 512  # vLLM's default largest CUDA graph, capped by 2 * max_num_seqs
 
 
+@functools.lru_cache(maxsize=32)
 def weights_bytes(model_path: Path, dtype: str | None = None) -> int | None:
     """Bytes of a local checkpoint's weights once loaded, read from its safetensors headers.
+
+    Cached: a study asks for every proposal and every known OOM, and a checkpoint does not
+    change while it is tuned.
 
     Floating tensors count at `dtype` (None or "auto": 16 bits, as vLLM casts them); integer and
     fp8 tensors of quantized checkpoints keep their stored size. None when the folder holds no
@@ -156,13 +161,7 @@ def estimate_memory(
     s = _Setting(options=options, model=model, devices=devices, platform=platform)
     tp, pp = int(s.get("tensor_parallel_size")), int(s.get("pipeline_parallel_size"))
     workers = max(1, tp * pp)
-    dtype = options.get("dtype")
-    checkpoint = weights_bytes(model_path, dtype) if model_path is not None else None
-    weights = (checkpoint or 0) // workers
-    act_bytes = _AUTO_DTYPE_BYTES if dtype in (None, "auto") else dtype_bytes(str(dtype))
-    activation = activation_lower_bound(
-        s.max_num_batched_tokens, int(s.get("max_num_seqs")), model, act_bytes
-    )
+    weights, activation, act_bytes = _worker_usage(s, model, model_path)
     per_token = model.kv_bytes_per_token_per_worker(str(s.get("kv_cache_dtype")), tp, pp)
     util = float(options.get("gpu_memory_utilization") or DEFAULT_MEMORY_UTILIZATION)
     budget = _Budget(
@@ -210,14 +209,20 @@ def allocated_bytes(
     if model is None or explicit_kv is None:
         return None
     s = _Setting(options=options, model=model, devices=1, platform=platform)
+    weights, activation, _ = _worker_usage(s, model, model_path)
+    return weights + explicit_kv + activation
+
+
+def _worker_usage(s: _Setting, model: ModelInfo, model_path: Path | None) -> tuple[int, int, int]:
+    """(weights per worker, activations' lower bound, activation dtype bytes) of a config."""
     workers = max(1, int(s.get("tensor_parallel_size")) * int(s.get("pipeline_parallel_size")))
-    dtype = options.get("dtype")
+    dtype = s.options.get("dtype")
     checkpoint = weights_bytes(model_path, dtype) if model_path is not None else None
     act_bytes = _AUTO_DTYPE_BYTES if dtype in (None, "auto") else dtype_bytes(str(dtype))
     activation = activation_lower_bound(
         s.max_num_batched_tokens, int(s.get("max_num_seqs")), model, act_bytes
     )
-    return (checkpoint or 0) // workers + explicit_kv + activation
+    return (checkpoint or 0) // workers, activation, act_bytes
 
 
 @dataclass(frozen=True)

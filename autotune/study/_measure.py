@@ -104,11 +104,7 @@ def measure(
             except BenchmarkAborted as aborted:
                 engine.mark_failed()
                 _write_records(trial_dir, aborted.records)
-                result.engine["abort"] = {
-                    "kind": str(aborted.abort.kind),
-                    "reason": aborted.abort.reason,
-                    "noticed_unix": round(time.time(), 3),
-                }
+                result.engine["abort"] = _noticed(str(aborted.abort.kind), aborted.abort.reason)
                 if aborted.abort.kind is AbortKind.ENGINE:
                     _fail(result, engine.failure(FailureKind.CRASH))
                 else:
@@ -118,8 +114,7 @@ def measure(
                 _write_records(trial_dir, records)
                 if not engine.alive():
                     engine.mark_failed()
-                    noticed = {"kind": "engine", "noticed_unix": round(time.time(), 3)}
-                    result.engine["abort"] = {**noticed, "reason": "engine exited"}
+                    result.engine["abort"] = _noticed("engine", "engine exited")
                     _fail(result, engine.failure(FailureKind.CRASH))
                 else:
                     result.summary = summarize(records, plan.slos)
@@ -137,6 +132,11 @@ def measure(
     result.device_s = round(clock() - started, 2)
     save_measurement(trial_dir, result)
     return result
+
+
+def _noticed(kind: str, reason: str) -> dict[str, Any]:
+    """When and why the trial gave up on its engine (wall clock, to compare with a kill)."""
+    return {"kind": kind, "reason": reason, "noticed_unix": round(time.time(), 3)}
 
 
 def _write_records(trial_dir: Path, records: Sequence[RequestRecord]) -> None:

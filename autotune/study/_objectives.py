@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from autotune.bench import Summary
+from autotune.engine import FailureKind
 from autotune.spec import Objective
 
 # Worst-case values for trials that produced no measurement (finite, so that every sampler and
@@ -20,7 +21,7 @@ FAILED = "failed"
 OOM = "oom"
 ERROR_RATE = "error_rate"
 # Statuses that mean "this config needs more memory than there is".
-OOM_STATUSES = frozenset({"oom", "predicted_oom"})
+OOM_STATUSES = frozenset({str(FailureKind.OOM), str(FailureKind.PREDICTED_OOM)})
 
 
 def objective_values(objectives: Sequence[Objective], summary: Summary | None) -> list[float]:

@@ -385,12 +385,8 @@ class StudyRunner:
         return None
 
     def _allocated(self, config: EngineConfig) -> int | None:
-        model_path = Path(config.model)
         return allocated_bytes(
-            config.args,
-            self.model_info,
-            model_path if model_path.is_dir() else None,
-            self.space.platform,
+            config.args, self.model_info, _local_model(config), self.space.platform
         )
 
     def _memory_problem(self, config: EngineConfig) -> str | None:
@@ -398,16 +394,13 @@ class StudyRunner:
         memory = self.device_memory()
         if memory is None or self.model_info is None:
             return None
-        model_path = Path(config.model)
         # The device the memory was read from says which of vLLM's checks apply (a space for
         # platform "any" runs on whatever the host has).
-        kind = memory.device.split(":")[0]
-        platform = {"cuda": "cuda", "npu": "ascend"}.get(kind, "cpu")
         estimate = estimate_memory(
             config.args,
             self.model_info,
-            model_path if model_path.is_dir() else None,
-            platform,
+            _local_model(config),
+            memory.platform,
             memory.total_bytes,
             memory.available_bytes,
         )
@@ -456,6 +449,12 @@ def _flat_metrics(m: Measurement) -> dict[str, float]:
     out["completed"] = float(m.summary.completed)
     out["duration_s"] = m.summary.duration_s
     return {k: (v if v == v and abs(v) != float("inf") else -1.0) for k, v in out.items()}
+
+
+def _local_model(config: EngineConfig) -> Path | None:
+    """The model's folder, where it is a local one (the estimate reads its checkpoint)."""
+    path = Path(config.model)
+    return path if path.is_dir() else None
 
 
 def _known_ooms(study: optuna.Study) -> list[tuple[int, dict[str, Any]]]:
