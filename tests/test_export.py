@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from autotune.engine import EngineConfig, to_yaml_dict
 from autotune.export import export_trial
 from autotune.host import serve_command
+from autotune.space import load_space
 from autotune.store import TrialRecord
 
 CONFIG = {
@@ -127,3 +133,63 @@ def test_serve_command_by_installed_vllm(
 ) -> None:
     monkeypatch.setattr("autotune.host.vllm_distributions", lambda: dists)
     assert serve_command("x.yaml") == expected
+
+
+def ascend_trial(**params: Any) -> TrialRecord:
+    """A trial of the shipped Ascend space, recorded as the study records it."""
+    space = load_space("ascend")
+    options, env = space.to_engine(space.baseline_params() | params)
+    config = EngineConfig(model="/models/qwen", served_model_name="qwen", args=options, env=env)
+    return trial(config=to_yaml_dict(config), env=config.env)
+
+
+def test_ascend_env_knobs_go_to_the_env_file(tmp_path: Path) -> None:
+    out = tmp_path / "best.yaml"
+    record = ascend_trial(npu_alloc_conf="expandable_segments:True", hccl_buffsize="1024")
+    done = export_trial("s1", record, ATTRS, out, "pick knee")
+    assert done.env_path is not None
+    # hccl_expansion is "" (not set): absent from the file, not written as an empty value.
+    assert done.env_path.read_text() == (
+        "CPU_AFFINITY_CONF=0\n"
+        "HCCL_BUFFSIZE=1024\n"
+        "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True\n"
+        "TASK_QUEUE_ENABLE=1\n"
+    )
+    config = yaml.safe_load(out.read_text())
+    assert not any(key.isupper() for key in config)  # env vars are not vLLM options
+
+
+def test_ascend_graph_mode_is_exported_as_a_nested_dict(tmp_path: Path) -> None:
+    out = tmp_path / "best.yaml"
+    export_trial("s1", ascend_trial(graph_mode="FULL_DECODE_ONLY"), ATTRS, out, "trial 3")
+    assert "compilation-config:\n  cudagraph_mode: FULL_DECODE_ONLY\n" in out.read_text()
+    config = yaml.safe_load(out.read_text())
+    assert config["compilation-config"] == {"cudagraph_mode": "FULL_DECODE_ONLY"}
+
+
+# vLLM's own `--config` reader and EngineArgs, without starting an engine (imports torch: ~10 s).
+_VLLM_READS_CONFIG = """
+import json, sys
+from vllm.engine.arg_utils import EngineArgs
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+args = EngineArgs.from_cli_args(parser.parse_args(["--config", sys.argv[1]]))
+mode = args.compilation_config.cudagraph_mode
+print(json.dumps({"model": args.model, "mode": mode.name, "seqs": args.max_num_seqs}))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_vllm_reads_the_exported_graph_mode(tmp_path: Path) -> None:
+    out = tmp_path / "best.yaml"
+    export_trial("s1", ascend_trial(graph_mode="FULL"), ATTRS, out, "trial 3")
+    result = subprocess.run(
+        [sys.executable, "-c", _VLLM_READS_CONFIG, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert parsed == {"model": "/models/qwen", "mode": "FULL", "seqs": 256}

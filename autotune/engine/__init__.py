@@ -8,6 +8,13 @@ from autotune.engine._args import (
     to_yaml_dict,
     to_yaml_text,
 )
+from autotune.engine._ascend import (
+    CUDAGRAPH_MODE_SINCE,
+    TORCHAIR_REMOVED_IN,
+    ascend_option_problems,
+    installed_ascend_version,
+    parse_ascend_version,
+)
 from autotune.engine._config import EngineConfig
 from autotune.engine._facts import EngineFacts, parse_facts
 from autotune.engine._failures import (
@@ -44,9 +51,11 @@ from autotune.engine._options import (
 from autotune.engine._ports import free_port, port_is_free
 
 __all__ = [
+    "CUDAGRAPH_MODE_SINCE",
     "DEFAULT_COMMAND",
     "FATAL_OVERLAP",
     "PATTERNS",
+    "TORCHAIR_REMOVED_IN",
     "EngineConfig",
     "EngineError",
     "EngineFacts",
@@ -55,6 +64,7 @@ __all__ = [
     "LaunchSettings",
     "RunningEngine",
     "TeardownError",
+    "ascend_option_problems",
     "build_command",
     "classify_exit",
     "classify_log",
@@ -65,11 +75,13 @@ __all__ = [
     "free_port",
     "from_yaml_dict",
     "group_members",
+    "installed_ascend_version",
     "is_known_option",
     "known_options",
     "launch",
     "normalize_option",
     "option_argv",
+    "parse_ascend_version",
     "parse_facts",
     "port_is_free",
     "reap_stale_engine",

@@ -1,9 +1,10 @@
 """Known hard constraints of vLLM, checked before a configuration is launched.
 
 A violated rule means the engine would refuse to start (a pydantic error at start-up or an
-error while the KV cache is allocated), so a trial can be recorded as infeasible without
-spending a launch on it. Rules are a table of small functions; each sees options with vLLM's
-defaults filled in and returns a message or None.
+error while the KV cache is allocated), or would silently run as another config does (an
+option the engine overrides), so a trial can be recorded as infeasible without spending a
+launch on it. Rules are a table of small functions; each sees options with vLLM's defaults
+filled in and returns a message or None.
 """
 
 from __future__ import annotations
@@ -224,6 +225,19 @@ def _memory_utilization(s: _Setting) -> str | None:
     return None
 
 
+def _eager_vs_graph_mode(s: _Setting) -> str | None:
+    # VllmConfig sets cudagraph_mode to NONE under enforce_eager: every graph mode then runs
+    # the engine of `enforce_eager` alone, which the study measures once, without a mode.
+    compilation = s.options.get("compilation_config")
+    mode = compilation.get("cudagraph_mode") if isinstance(compilation, dict) else None
+    if s.options.get("enforce_eager") and mode is not None:
+        return (
+            f"enforce_eager overrides compilation_config.cudagraph_mode ({mode}) with NONE: "
+            "the same engine as enforce_eager without a graph mode"
+        )
+    return None
+
+
 # Each rule mirrors a check the engine makes at start-up (docs/search-space.md says why).
 RULES: dict[str, Rule] = {
     "batched_tokens_vs_seqs": _batched_vs_seqs,
@@ -234,6 +248,7 @@ RULES: dict[str, Rule] = {
     "cpu_block_size": _cpu_block_size,
     "kv_cache_fits_request": _kv_cache_fits_request,
     "memory_utilization": _memory_utilization,
+    "eager_vs_graph_mode": _eager_vs_graph_mode,
 }
 
 

@@ -9,8 +9,9 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from autotune.engine import ascend_option_problems, installed_ascend_version
 from autotune.space._errors import SpaceError
-from autotune.space._params import PARAMETER_TYPES
+from autotune.space._params import PARAMETER_TYPES, CategoricalParam, Issue
 from autotune.space._space import SearchSpace
 
 # The shipped spaces are package data (`search_spaces/` at the repository root links here).
@@ -31,8 +32,63 @@ def load_space(path: str | Path) -> SearchSpace:
         space = SearchSpace.model_validate(data)
     except ValidationError as exc:
         raise SpaceError(f"{file}: {_describe_error(exc.errors()[0])}") from exc
+    if space.platform == "ascend":
+        _check_installed_ascend(space, file)
     space._source = file
     return space
+
+
+def _check_installed_ascend(space: SearchSpace, file: Path) -> None:
+    """Refuse a space that names graph options the installed vllm-ascend lacks.
+
+    This depends on the machine, not on the file, so it runs here at the edge rather than in
+    the space's own validation; without vllm-ascend only unknown graph modes are refused.
+    """
+    issues = _ascend_space_issues(space, installed_ascend_version())
+    if issues:
+        path, message = issues[0]
+        more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
+        raise SpaceError(f"{file}: {path}: {message}{more}")
+
+
+def _ascend_space_issues(space: SearchSpace, version: str | None) -> list[Issue]:
+    """Every option value the space can produce, checked against vllm-ascend `version`.
+
+    Fixed options and variants are named down to the nested key (`fixed.additional_config.
+    torchair_graph_config`); a parameter by the choice that sets the value.
+    """
+    named = [("fixed", space.fixed)]
+    named += [(f"variants.{name}", options) for name, options in space.variants.items()]
+    issues = [
+        (f"{where}.{path}", message)
+        for where, options in named
+        for path, message in ascend_option_problems(options, version)
+    ]
+    issues += [
+        (field, message)
+        for field, options in _parameter_sources(space)
+        for _, message in ascend_option_problems(options, version)
+    ]
+    return issues
+
+
+def _parameter_sources(space: SearchSpace) -> list[tuple[str, dict[str, Any]]]:
+    """(field path, options) for each value a parameter can set; ranges by their baseline."""
+    sources: list[tuple[str, dict[str, Any]]] = []
+    for i, param in enumerate(space.parameters):
+        option = param.target_option
+        if option is None:
+            continue  # env vars and variants (checked as `variants.*`)
+        if isinstance(param, CategoricalParam):
+            values = [(f"choices[{k}]", c) for k, c in enumerate(param.choices)]
+        else:  # the gated options are named by their keys, whatever a bool or number says
+            values = [("option" if param.option else "name", param.baseline_value())]
+        sources += [
+            (f"parameters[{i}].{field}", {option: param.engine_value(value)})
+            for field, value in values
+            if value is not None
+        ]
+    return sources
 
 
 def _resolve(path: str | Path) -> Path:

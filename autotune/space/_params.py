@@ -1,8 +1,11 @@
 """Search-space parameters: one pydantic model per `type`, each knowing its Optuna distribution.
 
 A parameter sets exactly one target: a vLLM option (default: the parameter's name) or an
-environment variable (`env`). Semantic checks (ranges, step grid, baseline) are returned as
-`(field, message)` issues so that the space can report them with their full path.
+environment variable (`env`). A dotted option (`compilation_config.cudagraph_mode`) sets one key
+of a dict option: the option is the first part and the value is wrapped into the nested dict,
+which is how `vllm serve --config` and the command line take dict options. Semantic checks
+(ranges, step grid, baseline) are returned as `(field, message)` issues so that the space can
+report them with their full path.
 """
 
 from __future__ import annotations
@@ -54,7 +57,9 @@ class _ParamBase(BaseModel):
 
     name: str = Field(min_length=1, description="Optuna parameter name; unique in the space")
     option: str | None = Field(
-        default=None, description="vLLM option this parameter sets (default: its name)"
+        default=None,
+        description="vLLM option this parameter sets (default: its name); `a.b` sets key `b` "
+        "of the dict option `a`",
     )
     env: str | None = Field(
         default=None, description="Environment variable this parameter sets instead of an option"
@@ -77,16 +82,28 @@ class _ParamBase(BaseModel):
 
     @property
     def target_option(self) -> str | None:
-        """The vLLM option this parameter sets, or None if it sets an env var (or a variant)."""
+        """The vLLM option this parameter sets, or None if it sets an env var (or a variant).
+
+        For a dotted `option` this is the dict option (`compilation_config`): the whole dict is
+        what the engine receives, so two parameters may not share it.
+        """
+        path = self.option_path
+        return path[0] if path else None
+
+    @property
+    def option_path(self) -> tuple[str, ...]:
+        """The option and the keys below it (`("compilation_config", "cudagraph_mode")`)."""
         if self.env is not None:
-            return None
-        return self.option or normalize_option(self.name)
+            return ()
+        return tuple((self.option or normalize_option(self.name)).split("."))
 
     def issues(self) -> list[Issue]:
         """Semantic problems as `(field, message)`; empty when the parameter is valid."""
         found: list[Issue] = []
         if self.option is not None and self.env is not None:
             found.append(("env", "set either `option` or `env`, not both"))
+        if self.option is not None and not all(self.option.split(".")):
+            found.append(("option", f"empty key in '{self.option}'"))
         if self.scale is not None and not isinstance(self, IntParam):
             found.append(("scale", "only int parameters take a scale"))
         found.extend(self._memory_issues())
@@ -104,9 +121,11 @@ class _ParamBase(BaseModel):
             return False
 
     def engine_value(self, value: Any) -> Any:
-        """The value passed to the engine: the parameter value times `scale`."""
+        """The value of `target_option`: the parameter value times `scale`, nested for `a.b`."""
         if self.scale is not None and value is not None:
-            return value * self.scale
+            value = value * self.scale
+        for key in reversed(self.option_path[1:]):
+            value = {key: value}
         return value
 
     def baseline_value(self) -> Any:

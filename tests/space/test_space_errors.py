@@ -108,6 +108,36 @@ CASES = {
         r"platform: Input should be 'cpu', 'cuda', 'ascend' or 'any'",
     ),
     "no_parameters": ("name: x\n", r"parameters: required field missing"),
+    "dotted_unknown_option": (
+        "parameters:\n  - {name: g, option: compilation_confg.cudagraph_mode, type: categorical,"
+        " choices: [null, FULL], baseline: null}",
+        r"parameters\[0\]\.option: unknown vLLM option 'compilation_confg' "
+        r"\(did you mean 'compilation_config'\?\)",
+    ),
+    "dotted_empty_key": (
+        "parameters:\n  - {name: g, option: compilation_config., type: categorical,"
+        " choices: [null, FULL], baseline: null}",
+        r"parameters\[0\]\.option: empty key in 'compilation_config\.'",
+    ),
+    "dotted_same_dict_twice": (
+        "parameters:\n  - {name: g, option: compilation_config.cudagraph_mode,"
+        " type: categorical, choices: [null, FULL], baseline: null}\n"
+        "  - {name: m, option: compilation_config.mode, type: categorical,"
+        " choices: [null, NONE], baseline: null}",
+        r"parameters\[1\]\.option: option 'compilation_config' is already used by "
+        r"parameters\[0\]",
+    ),
+    "dotted_and_fixed_dict": (
+        "fixed: {compilation_config: {cudagraph_capture_sizes: [1, 2]}}\nparameters:\n"
+        "  - {name: g, option: compilation_config.cudagraph_mode, type: categorical,"
+        " choices: [null, FULL], baseline: null}",
+        r"parameters\[0\]\.option: option 'compilation_config' is both fixed and tuned",
+    ),
+    "unknown_graph_mode_on_ascend": (
+        "platform: ascend\nparameters:\n  - {name: g, option: compilation_config.cudagraph_mode,"
+        " type: categorical, choices: [null, FULL, FULLGRAPH], baseline: null}",
+        r"parameters\[0\]\.choices\[2\]: unknown mode 'FULLGRAPH' \(vLLM's modes: ",
+    ),
 }
 
 

@@ -106,3 +106,55 @@ parameters:
     space = load_space(write_space(text))
     assert space.to_engine({"ckpt": "base"}) == ({}, {})
     assert space.to_engine({"ckpt": "q"})[0] == {"model": "/m/q", "quantization": "awq"}
+
+
+DOTTED = """
+name: t
+parameters:
+  - name: graph_mode
+    type: categorical
+    option: compilation-config.cudagraph-mode
+    choices: [null, PIECEWISE, FULL]
+    baseline: null
+  - name: capture
+    type: int
+    option: compilation_config.max_cudagraph_capture_size
+    low: 8
+    high: 64
+    step: 8
+    baseline: 16
+"""
+
+
+def test_dotted_option_sets_a_key_of_a_dict_option(write_space: WriteSpace) -> None:
+    text = DOTTED.replace("compilation_config.max_cudagraph_capture_size", "kv_transfer_config.x")
+    space = load_space(write_space(text))
+    graph = space.parameters[0]
+    assert graph.option == "compilation_config.cudagraph_mode"  # dashes normalized
+    assert graph.target_option == "compilation_config"
+    assert graph.option_path == ("compilation_config", "cudagraph_mode")
+    assert graph.engine_value("FULL") == {"cudagraph_mode": "FULL"}
+    options, _ = space.to_engine({"graph_mode": "FULL", "capture": 32})
+    assert options == {
+        "compilation_config": {"cudagraph_mode": "FULL"},
+        "kv_transfer_config": {"x": 32},
+    }
+    options, _ = space.to_engine({"graph_mode": None, "capture": 16})
+    assert "compilation_config" not in options  # null: the engine's default
+
+
+def test_dotted_option_nests_deeper_and_scales(write_space: WriteSpace) -> None:
+    text = """
+name: t
+parameters:
+  - {name: buf, type: int, option: additional_config.a.b_mib, scale: 1024, low: 1, high: 4,
+     baseline: 2}
+"""
+    space = load_space(write_space(text))
+    assert space.to_engine({"buf": 3}) == ({"additional_config": {"a": {"b_mib": 3072}}}, {})
+
+
+def test_one_dict_option_per_parameter(write_space: WriteSpace) -> None:
+    # Each parameter replaces the whole dict, so two parameters may not share one.
+    with pytest.raises(SpaceError, match="option 'compilation_config' is already used"):
+        load_space(write_space(DOTTED))

@@ -1,0 +1,122 @@
+"""Which graph-mode options the installed vllm-ascend accepts.
+
+vllm-ascend changed its graph modes in late 2025: the torchair path
+(`additional_config.torchair_graph_config`) was removed, and ACLGraph, set through vLLM's
+`compilation_config.cudagraph_mode`, gained modes release by release. A search space must match
+the installed version, so its options are checked here before any engine starts.
+
+The boundaries come from vllm-ascend's release notes (docs/source/user_guide/release_notes.md):
+
+- torchair: v0.12.0rc1 (2025-12-13) says "Torchair graph mode is removed.
+  `--additional-config {"torchair_graph_config": {"enabled": true}}` doesn't work anymore"
+  (PR #4814 "Drop torchair", merged 2025-12-09); v0.11.0's notes (2025-12-16, its own branch)
+  say "it'll be removed in v0.12.0rc1", and v0.11.0 is the last release that has it.
+- NONE, PIECEWISE: vLLM's `CUDAGraphMode` is documented from vLLM v0.10.2, which
+  vllm-ascend v0.10.2rc1 is the first release to build on.
+- FULL_DECODE_ONLY: v0.11.0rc1 "[Experimental] Graph mode `FULL_DECODE_ONLY` is supported now!
+  And `FULL` will be landing in the next few weeks."
+- FULL: vllm-ascend PR #3970 "support FULL graph mode for GQA" (opened 2025-11-04); v0.12.0rc1
+  is the first release after it whose notes we could confirm, so older ones are refused.
+- FULL_AND_PIECEWISE: v0.21.0rc1 "FULL_AND_PIECEWISE Graph Mode: Introduced"; older versions
+  quietly ran it as PIECEWISE (PR #9174), which would measure a mislabelled config.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+from packaging.version import InvalidVersion, Version  # an optuna dependency
+
+# The wheel is `vllm_ascend`, the project `vllm-ascend`; metadata lookups differ by Python.
+ASCEND_DISTRIBUTIONS = ("vllm-ascend", "vllm_ascend")
+
+TORCHAIR_REMOVED_IN = Version("0.12.0rc1")
+
+# cudagraph_mode value -> the first vllm-ascend release that runs it as asked.
+CUDAGRAPH_MODE_SINCE: dict[str, Version] = {
+    "NONE": Version("0.10.2rc1"),
+    "PIECEWISE": Version("0.10.2rc1"),
+    "FULL_DECODE_ONLY": Version("0.11.0rc1"),
+    "FULL": Version("0.12.0rc1"),
+    "FULL_AND_PIECEWISE": Version("0.21.0rc1"),
+}
+
+Problem = tuple[str, str]  # (dotted option path, message)
+
+
+def installed_ascend_version() -> str | None:
+    """The installed vllm-ascend version string; None when vllm-ascend is not installed."""
+    for name in ASCEND_DISTRIBUTIONS:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def parse_ascend_version(text: str | None) -> Version | None:
+    """A comparable version, or None for no version or one that is not PEP 440 (a source tree)."""
+    if not text:
+        return None
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def ascend_option_problems(options: Mapping[str, Any], version: str | None) -> list[Problem]:
+    """Graph-mode options that vllm-ascend `version` lacks, as `(option path, message)`.
+
+    `options` are vLLM options by their Python names, dict options as dicts (or JSON text).
+    Unknown cudagraph modes are reported whatever the version; the version-gated checks are
+    skipped when `version` is None or unreadable (vllm-ascend not installed here).
+    """
+    installed = parse_ascend_version(version)
+    problems = _cudagraph_mode_problems(options, installed)
+    if installed is not None:
+        problems += _torchair_problems(options, installed)
+    return problems
+
+
+def _dict_option(options: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A dict option as a dict; vLLM also takes JSON text, and `-O3`-style ints have no keys."""
+    value = options.get(name)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _torchair_problems(options: Mapping[str, Any], installed: Version) -> list[Problem]:
+    if "torchair_graph_config" not in _dict_option(options, "additional_config"):
+        return []
+    if installed < TORCHAIR_REMOVED_IN:
+        return []
+    return [
+        (
+            "additional_config.torchair_graph_config",
+            f"torchair graph mode was removed in vllm-ascend {TORCHAIR_REMOVED_IN} "
+            f"(installed: {installed}); use compilation_config.cudagraph_mode (ACLGraph)",
+        )
+    ]
+
+
+def _cudagraph_mode_problems(
+    options: Mapping[str, Any], installed: Version | None
+) -> list[Problem]:
+    mode = _dict_option(options, "compilation_config").get("cudagraph_mode")
+    if not isinstance(mode, str):
+        return []  # absent (the version's default) or an enum value vLLM checks itself
+    path = "compilation_config.cudagraph_mode"
+    since = CUDAGRAPH_MODE_SINCE.get(mode.upper())  # vLLM reads the name case-insensitively
+    if since is None:
+        known = ", ".join(CUDAGRAPH_MODE_SINCE)
+        return [(path, f"unknown mode '{mode}' (vLLM's modes: {known})")]
+    if installed is None or installed >= since:
+        return []
+    return [(path, f"{mode.upper()} needs vllm-ascend >= {since} (installed: {installed})")]
