@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +42,28 @@ def fake_settings(tmp_path: Path, **kwargs: Any) -> LaunchSettings:
     }
     values.update(kwargs)
     return LaunchSettings(**values)
+
+
+POSTGRES_ENV = "AUTOTUNE_TEST_POSTGRES_URL"
+
+
+@contextmanager
+def fresh_postgres() -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database, dropped afterwards; skips the test when
+    no server is given (`scripts/postgres.sh start` prints the variable to set)."""
+    import pytest
+    from sqlalchemy import create_engine, text
+
+    base = os.environ.get(POSTGRES_ENV)
+    if not base:
+        pytest.skip(f"set {POSTGRES_ENV} to run against PostgreSQL")
+    name = f"autotune_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield base.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -28,6 +28,8 @@ LOG_TAIL = "log_tail"
 DESCRIPTION = "description"
 REPAIR_OF = "repair_of"  # the OOM trial a repair trial retries
 REQUEUED = "requeued"  # set on a trial queued again after an interruption
+WORKER = "worker"  # who runs the trial: host, pid, devices (see autotune.study._worker)
+SLOT = "slot"  # its place in the trial budget (1..trials)
 
 STATUS_OK = "ok"
 ROLE_BASELINE = "baseline"
@@ -54,6 +56,8 @@ class TrialRecord(BaseModel):
     trial_dir: str | None = None
     log_tail: str = ""
     repair_of: int | None = None
+    slot: int | None = None
+    worker: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
@@ -89,6 +93,8 @@ class TrialRecord(BaseModel):
             trial_dir=attrs.get(TRIAL_DIR),
             log_tail=attrs.get(LOG_TAIL, ""),
             repair_of=attrs.get(REPAIR_OF),
+            slot=attrs.get(SLOT),
+            worker=attrs.get(WORKER) or {},
         )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,11 +16,19 @@ import sqlalchemy.exc
 from optuna.storages import BaseStorage, RDBStorage
 
 from autotune.store._records import StudyInfo, TrialRecord, study_records
+from autotune.store._slots import TrialSlots
 
 logger = logging.getLogger(__name__)
 
 Direction = Literal["maximize", "minimize"]
 SQLITE_TIMEOUT_S = 30.0  # how long a write waits for a locked SQLite file
+HEARTBEAT_S = 10  # a running trial's worker says it is alive this often
+STALE_BEATS = 6  # a trial whose worker missed this many heartbeats is taken as dead
+
+# The heartbeat is Optuna's (database time, so workers' clocks may differ), driven by the
+# runner's ask/tell loop rather than `Study.optimize`; Optuna warns about both on every ask.
+warnings.filterwarnings("ignore", message=".*heartbeat_interval.*", category=Warning)
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed", category=Warning)
 
 
 class StorageError(Exception):
@@ -91,10 +101,49 @@ class StudyStore:
             # Wait out another process's write (a second tuner, `show`) instead of failing.
             timeout = float(os.environ.get("AUTOTUNE_SQLITE_TIMEOUT_S", SQLITE_TIMEOUT_S))
             engine_kwargs["connect_args"] = {"timeout": timeout}
+        self.heartbeat_s = float(os.environ.get("AUTOTUNE_HEARTBEAT_S", HEARTBEAT_S))
+        self.stale_after_s = max(1, round(self.heartbeat_s * STALE_BEATS))
         with storage_errors(url):
-            self.storage: BaseStorage = RDBStorage(
-                url, engine_kwargs=engine_kwargs, skip_compatibility_check=False
+            self.rdb = RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                skip_compatibility_check=False,
+                heartbeat_interval=max(1, round(self.heartbeat_s)),
+                grace_period=self.stale_after_s,
             )
+        self.storage: BaseStorage = self.rdb
+
+    def slots(self, study: optuna.Study) -> TrialSlots:
+        """The trial budget's slots of `study` (see `TrialSlots`)."""
+        with storage_errors(self.url):
+            return TrialSlots(self.rdb.engine, study._study_id)
+
+    def stale_trial_ids(self, study: optuna.Study) -> set[int]:
+        """Ids of the running trials whose worker has not beaten for `stale_after_s`."""
+        with storage_errors(self.url):
+            return set(self.rdb._get_stale_trial_ids(study._study_id))
+
+    @contextmanager
+    def heartbeat(self, trial_id: int) -> Iterator[None]:
+        """Beat for `trial_id` now and every `heartbeat_s` until the block ends. A beat that
+        fails (the database is away for a moment) is logged; the next one may succeed."""
+        self.rdb.record_heartbeat(trial_id)
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.heartbeat_s):
+                try:
+                    self.rdb.record_heartbeat(trial_id)
+                except Exception as exc:
+                    logger.warning("heartbeat of trial id %d failed: %s", trial_id, exc)
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def create_or_load(
         self, name: str, directions: Sequence[str], sampler: optuna.samplers.BaseSampler

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from support import fresh_postgres
 
 from autotune.store import StudyStore
-
-POSTGRES_ENV = "AUTOTUNE_TEST_POSTGRES_URL"
 
 
 def _sqlite(tmp_path: Path) -> Iterator[str]:
@@ -21,19 +17,8 @@ def _sqlite(tmp_path: Path) -> Iterator[str]:
 
 def _postgres(tmp_path: Path) -> Iterator[str]:
     """A fresh schema-free database per test: tables of an earlier test would leak studies."""
-    base = os.environ.get(POSTGRES_ENV)
-    if not base:
-        pytest.skip(f"set {POSTGRES_ENV} to run the PostgreSQL backend")
-    name = f"autotune_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield base.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_postgres() as url:
+        yield url
 
 
 # One line per backend: name -> generator of a fresh, empty storage URL.
