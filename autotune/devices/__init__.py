@@ -13,6 +13,7 @@ from autotune.devices._cpu import cpu_memory
 from autotune.devices._cpu_slots import split_cpu
 from autotune.devices._discover import discover
 from autotune.devices._inventory import PLATFORMS, Device, DeviceError, Inventory, Platform
+from autotune.devices._lanes import plan_lanes
 from autotune.devices._memory import device_memory
 from autotune.devices._numa import format_cpulist, parse_cpulist
 from autotune.devices._nvidia import (
@@ -63,6 +64,7 @@ __all__ = [
     "parse_nvidia_apps",
     "parse_nvidia_gpus",
     "parse_topology",
+    "plan_lanes",
     "run_tool",
     "select_devices",
     "split_cpu",

@@ -111,6 +111,11 @@ class DevicePool:
         self._tickets = itertools.count()
 
     @property
+    def devices(self) -> list[Device]:
+        """Every device of the pool, free or not, in id order."""
+        return [self._devices[i] for i in sorted(self._devices)]
+
+    @property
     def size(self) -> int:
         return len(self._devices)
 

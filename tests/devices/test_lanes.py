@@ -1,0 +1,70 @@
+"""`plan_lanes`: how many trials run at once and the pool they lease from, per platform."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.devices import DeviceError, plan_lanes
+from devices.fake_host import fake_host, tools
+from devices.test_discover import GPU_HOST, NPU_HOST, kunpeng_like
+
+
+def two_nodes(root: Path) -> Path:
+    return fake_host(root, {0: "0-7", 1: "8-15"})
+
+
+def test_one_cpu_trial_at_a_time_needs_no_pool(tmp_path: Path) -> None:
+    assert plan_lanes("cpu", 1, root=two_nodes(tmp_path)) == (None, 1)
+
+
+def test_cpu_lanes_are_disjoint_core_slots(tmp_path: Path) -> None:
+    pool, lanes = plan_lanes("cpu", 4, root=two_nodes(tmp_path))
+    assert lanes == 4 and pool is not None
+    assert [d.cores for d in pool.devices] == ["0-3", "4-7", "8-11", "12-15"]
+    auto, n = plan_lanes("cpu", "auto", root=two_nodes(tmp_path / "b"))
+    assert n == 2 and auto is not None  # one per NUMA node
+    assert [d.cores for d in auto.devices] == ["0-7", "8-15"]
+
+
+def test_cpu_devices_pick_numa_nodes(tmp_path: Path) -> None:
+    pool, lanes = plan_lanes("cpu", 1, "1", root=two_nodes(tmp_path))
+    assert lanes == 1 and pool is not None
+    assert pool.acquire(1).env == {"VLLM_CPU_OMP_THREADS_BIND": "8-15"}
+
+
+def test_npu_lanes_default_to_one_per_device(tmp_path: Path) -> None:
+    pool, lanes = plan_lanes("ascend", "auto", run=tools(NPU_HOST), root=kunpeng_like(tmp_path))
+    assert pool is not None and pool.size == 8 and lanes == 8
+    limited, two = plan_lanes(
+        "ascend", 2, "0-3", run=tools(NPU_HOST), root=kunpeng_like(tmp_path / "b")
+    )
+    assert limited is not None and limited.size == 4 and two == 2
+    assert limited.acquire(2).env == {"ASCEND_RT_VISIBLE_DEVICES": "0,1"}
+
+
+def test_gpu_pool_on_a_space_of_any_platform(tmp_path: Path) -> None:
+    root = fake_host(tmp_path, {0: "0-15"})
+    pool, lanes = plan_lanes("any", 1, run=tools(GPU_HOST), root=root)
+    assert pool is not None and pool.platform == "cuda" and lanes == 1
+
+
+@pytest.mark.parametrize(
+    ("parallel", "devices", "message"),
+    [
+        (5, "0-3", "--parallel 5 needs at least 5 ascend devices; 4 are given"),
+        (0, None, "--parallel must be a number >= 1 or auto"),
+        (2, "9", "no ascend device 9 on this host"),
+    ],
+)
+def test_impossible_lanes_are_one_clear_error(
+    tmp_path: Path, parallel: int, devices: str | None, message: str
+) -> None:
+    with pytest.raises(DeviceError, match=message):
+        plan_lanes("ascend", parallel, devices, run=tools(NPU_HOST), root=kunpeng_like(tmp_path))
+
+
+def test_more_cpu_lanes_than_cores_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DeviceError, match="cannot split 16 physical cores into 17 slots"):
+        plan_lanes("cpu", 17, root=two_nodes(tmp_path))
