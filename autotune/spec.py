@@ -92,6 +92,12 @@ class TuneSpec(BaseModel):
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")
     root: Path = Field(default=Path("studies"), description="Folder for studies")
     engine: EngineSpec = Field(default_factory=EngineSpec)
+    parallel: int | Literal["auto"] = Field(
+        default=1, description="Trials at once, on disjoint devices (auto: as the devices allow)"
+    )
+    devices: str | None = Field(
+        default=None, description="Device ids the tuner may use, e.g. 0-3,6 (default: all)"
+    )
     repair: bool = Field(
         default=False, description="Retry an OOM trial once with less memory (a linked trial)"
     )
@@ -108,6 +114,21 @@ class TuneSpec(BaseModel):
     @classmethod
     def _parse_workload(cls, value: Any) -> Any:
         return parse_workload(value) if isinstance(value, str | dict) else value
+
+    @field_validator("parallel")
+    @classmethod
+    def _positive(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("parallel must be >= 1 or auto")
+        return value
+
+    def shared(self) -> dict[str, Any]:
+        """The fields every worker of the study uses alike (kept in the store, so that
+        `autotune worker` needs only the study's name); the rest are this machine's."""
+        local = {"storage", "root", "parallel", "devices"}
+        data: dict[str, Any] = self.model_dump(mode="json", exclude=local)
+        data["engine"].pop("cores", None)
+        return data
 
     @property
     def study_dir(self) -> Path:

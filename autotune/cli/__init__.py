@@ -12,7 +12,7 @@ from autotune.cli._bench import bench
 from autotune.cli._common import cli_errors, console
 from autotune.cli._devices import devices
 from autotune.cli._results import export, show
-from autotune.cli._tune import tune
+from autotune.cli._tune import tune, worker
 
 app = typer.Typer(
     name="autotune",
@@ -22,6 +22,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command()(tune)
+app.command()(worker)
 app.command()(show)
 app.command()(export)
 app.command()(bench)

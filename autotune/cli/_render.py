@@ -38,11 +38,11 @@ def event_printer(console: Console) -> Callable[[Event], None]:
 def _finished(console: Console, event: TrialFinished) -> None:
     m = event.measurement
     if m.summary is None:
-        console.print(f"  [red]{m.status}[/]: {m.reason} ({m.device_s:.0f} s)")
+        console.print(f"  trial {event.number} [red]{m.status}[/]: {m.reason} ({m.device_s:.0f} s)")
     else:
         s = m.summary
         console.print(
-            f"  [green]ok[/]: {s.output_throughput:,.0f} output tok/s, "
+            f"  trial {event.number} [green]ok[/]: {s.output_throughput:,.0f} output tok/s, "
             f"p99 TTFT {s.ttft_ms.p99:.1f} ms, p99 TPOT {s.tpot_ms.p99:.2f} ms, "
             f"{s.errors} errors (start-up {m.engine.get('startup_s', 0):.0f} s, "
             f"trial {m.device_s:.0f} s)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,12 +15,12 @@ import typer
 from autotune.bench import WorkloadError, build_requests
 from autotune.cli._common import InputError, cli_errors, console, setup_logging
 from autotune.cli._render import event_printer, print_front, print_summary
-from autotune.devices import device_memory
+from autotune.devices import DeviceError, DevicePool, device_memory, format_device_list, plan_lanes
 from autotune.engine import LaunchSettings
 from autotune.space import load_space
 from autotune.spec import TuneSpec, load_spec, parse_objectives, parse_pairs
-from autotune.store import StudyStore
-from autotune.study import StudyRunner, Workplan, measure
+from autotune.store import StudyStore, redact
+from autotune.study import SPEC_ATTR, StudyRunner, Workplan, measure
 
 
 def tune(
@@ -55,6 +56,12 @@ def tune(
             "--repair/--no-repair", help="Retry an OOM trial once with less memory (linked)"
         ),
     ] = None,
+    parallel: Annotated[
+        str | None, typer.Option(help="Trials at once on disjoint devices: N or auto")
+    ] = None,
+    devices: Annotated[
+        str | None, typer.Option(help="Device ids the tuner may use, e.g. 0-3,6")
+    ] = None,
     spec: Annotated[Path | None, typer.Option(help="tune.yaml holding any of these fields")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -67,6 +74,43 @@ def tune(
         run_tune(tune_spec)
 
 
+def worker(
+    study: Annotated[str, typer.Option(help="Name of the study to join")],
+    storage: Annotated[str, typer.Option(help="SQLAlchemy URL of the shared study store")],
+    root: Annotated[Path, typer.Option(help="Folder for this machine's trial folders")] = Path(
+        "studies"
+    ),
+    parallel: Annotated[
+        str | None, typer.Option(help="Trials at once on disjoint devices: N or auto")
+    ] = None,
+    devices: Annotated[
+        str | None, typer.Option(help="Device ids this worker may use, e.g. 0-3,6")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Join a study from another machine: run its trials here until its budget is spent.
+
+    The study is the one `autotune tune` created in a shared store (PostgreSQL); its spec
+    (model, space, workload, budget) is read from there. The model path must exist here.
+    """
+    setup_logging(verbose)
+    with cli_errors():
+        shared = StudyStore(storage, create=False).study_attrs(study).get(SPEC_ATTR)
+        if not isinstance(shared, dict):
+            raise InputError(
+                f"study {study!r} has no stored spec (it was not created by `autotune tune` "
+                "of this version): continue it with `autotune tune` instead"
+            )
+        local: dict[str, Any] = {"study": study, "storage": storage, "root": root}
+        if parallel is not None:
+            local["parallel"] = parse_parallel(parallel)
+        if devices is not None:
+            local["devices"] = devices
+        tune_spec = load_spec(None, {**shared, **local})
+        _check_model(tune_spec.model)
+        run_tune(tune_spec, join=True)
+
+
 def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     """Flag values as spec fields (None: not given, so the spec file's value stays)."""
     out: dict[str, Any] = {
@@ -74,9 +118,11 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
         for key in ("study", "model", "space", "workload", "trials", "storage", "root")
         if flags[key] is not None
     }
-    for key in ("sampler", "seed", "served_model_name", "repair"):
+    for key in ("sampler", "seed", "served_model_name", "repair", "devices"):
         if flags[key] is not None:
             out[key] = flags[key]
+    if flags["parallel"] is not None:
+        out["parallel"] = parse_parallel(flags["parallel"])
     if flags["rate"] is not None or flags["concurrency"] is not None:
         out["load"] = {"rate": flags["rate"], "concurrency": flags["concurrency"]}
     if flags["slo"]:
@@ -93,6 +139,19 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     if "study" not in out and flags["spec"] is None:
         raise InputError("--study NAME is required")
     return out
+
+
+def parse_parallel(value: str) -> int | str:
+    """`--parallel`: a number >= 1 or `auto`."""
+    if value == "auto":
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise InputError(f"--parallel {value!r}: expected a number >= 1 or auto")
+    return number
 
 
 def _options(items: list[str]) -> dict[str, Any]:
@@ -114,8 +173,9 @@ def _check_model(model: str) -> None:
         raise InputError(f"model path {model} has no config.json{hint}")
 
 
-def run_tune(spec: TuneSpec) -> None:
-    """Run the study of `spec`, printing progress and, at the end, the Pareto front."""
+def run_tune(spec: TuneSpec, join: bool = False) -> None:
+    """Run the study of `spec`, printing progress and, at the end, the Pareto front. `join`:
+    as one of several workers of a study that exists (`autotune worker`)."""
     space = load_space(spec.space)
     try:
         warmup, requests = build_requests(spec.workload, spec.model)
@@ -130,17 +190,24 @@ def run_tune(spec: TuneSpec) -> None:
         hang_s=spec.engine.hang_timeout_s,
         deadline_s=spec.engine.benchmark_timeout_s,
     )
+    try:
+        pool, lanes = plan_lanes(space.platform, spec.parallel, spec.devices)
+    except DeviceError as exc:
+        raise InputError(str(exc)) from None
+    cancel = threading.Event()
     settings = LaunchSettings(
         command=spec.engine.command,
         startup_timeout_s=spec.engine.startup_timeout_s,
         cache_dir=spec.root / ".cache",
         cores=spec.engine.cores,
         platform=space.platform,
+        cancel=cancel,
     )
     store = StudyStore(spec.storage_url)
+    at_once = f", {lanes} at a time on {_ids(pool)}" if pool is not None else ""
     console.print(
         f"study [bold]{spec.study}[/]: {spec.trials} trials of space {space.name!r} "
-        f"on {spec.model}; store {spec.storage_url}"
+        f"on {spec.model}{at_once}; store {redact(spec.storage_url)}"
     )
     runner = StudyRunner(
         spec,
@@ -149,6 +216,10 @@ def run_tune(spec: TuneSpec) -> None:
         lambda config, trial_dir: measure(config, trial_dir, plan, settings),
         on_event=event_printer(console),
         device_memory=lambda: device_memory(space.platform),
+        pool=pool,
+        lanes=lanes,
+        cancel=cancel,
+        join=join,
     )
     with _sigterm_as_interrupt():
         result = runner.run()
@@ -156,6 +227,12 @@ def run_tune(spec: TuneSpec) -> None:
     print_front(console, spec.study, store.trials(spec.study), store.study_attrs(spec.study))
     if result.interrupted:
         raise KeyboardInterrupt
+
+
+def _ids(pool: DevicePool) -> str:
+    if pool.platform == "cpu":
+        return " | ".join(f"cores {device.cores}" for device in pool.devices)
+    return format_device_list([device.id for device in pool.devices])
 
 
 @contextmanager

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -81,6 +82,14 @@ class LaunchSettings:
     # cpu | cuda | ascend: on cuda and ascend, teardown waits for the devices' memory.
     platform: str = "cpu"
     release_timeout_s: float = 120.0
+    # Set from another thread to stop this engine as Ctrl-C would (parallel trials: the signal
+    # reaches the main thread only). Checked while waiting for readiness and while measuring.
+    cancel: threading.Event | None = None
+
+    def check_cancel(self) -> None:
+        """Raise KeyboardInterrupt in the calling thread if the trial has been cancelled."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise KeyboardInterrupt
 
 
 class LogWatch:
@@ -396,6 +405,7 @@ def _wait_ready(
     url = f"http://{settings.host}:{port}/health"
     with httpx.Client(timeout=2.0) as client:
         while True:
+            settings.check_cancel()
             if process.poll() is not None:
                 return classify_exit(process.poll(), _read(watch.path), FailureKind.CRASH)
             if watch.fatal() is not None:

@@ -12,7 +12,7 @@ from autotune.study._objectives import (
     constraint_values,
     objective_values,
 )
-from autotune.study._runner import StudyError, StudyResult, StudyRunner, make_sampler
+from autotune.study._runner import SPEC_ATTR, StudyError, StudyResult, StudyRunner, make_sampler
 from autotune.study._select import (
     PICKS,
     SelectionError,
@@ -29,6 +29,7 @@ __all__ = [
     "OOM",
     "OOM_STATUSES",
     "PICKS",
+    "SPEC_ATTR",
     "WORST_MAXIMIZE",
     "WORST_MINIMIZE",
     "Event",

@@ -91,7 +91,12 @@ def measure(
     try:
         with launch(config, settings, trial_dir) as engine:
             result.engine = {"startup_s": round(engine.startup_s, 2), **engine.facts.model_dump()}
-            guard = Guard(probe=engine.probe, hang_s=plan.hang_s, deadline_s=plan.deadline_s)
+
+            def probe() -> str | None:
+                settings.check_cancel()  # raised out of the client's event loop, as Ctrl-C is
+                return engine.probe()
+
+            guard = Guard(probe=probe, hang_s=plan.hang_s, deadline_s=plan.deadline_s)
             try:
                 records = run_benchmark(
                     engine.url,

@@ -16,17 +16,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import Trial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState
 
 from autotune import store as keys
 from autotune.bench import METRIC_NAMES
-from autotune.devices import DeviceMemory
+from autotune.devices import DeviceMemory, DevicePool, Lease, format_device_list
 from autotune.engine import (
     EngineConfig,
     FailureKind,
@@ -50,10 +52,16 @@ from autotune.store import StorageError, StudyStore, storage_errors
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
 from autotune.study._measure import MEASUREMENT_FILE, Measure, Measurement, load_measurement
 from autotune.study._objectives import constraint_values, objective_values
+from autotune.study._worker import end_run, is_dead_here, is_here, new_run, worker_attr
 
 logger = logging.getLogger(__name__)
 
+SPEC_ATTR = "spec"  # the study attribute holding TuneSpec.shared(): what workers run
 SKIP_LIMIT_FACTOR = 10  # proposals that are skipped (invalid, duplicate) per trial of budget
+
+
+NO_SLOT = "no slot"  # a proposal that found every slot of the budget taken
+Outcome = tuple[int, Measurement] | None | str
 
 
 class StudyError(Exception):
@@ -92,6 +100,14 @@ class StudyRunner:
     `device_memory` says what memory a trial's device has now (None: unknown, no estimate).
     `learn_failures=False` records failures as FAILED trials and predicts nothing: the naive
     way, kept only so that benchmarks can compare against it.
+
+    With a device `pool`, each trial leases its devices from it (tensor x pipeline parallel of
+    them) and sees only those; `lanes` trials run at once. Other workers (other processes,
+    other machines) may run the same study at the same time: the budget's slots, heartbeats
+    and the recovery of orphaned trials keep them from running more than `trials`, twice the
+    same trial, or leaving a dead worker's trial behind. Setting `cancel` stops every lane as
+    Ctrl-C does. `join`: this runner joins a study others run (`autotune worker`); its
+    sampler is seeded apart from theirs.
     """
 
     def __init__(
@@ -103,7 +119,14 @@ class StudyRunner:
         on_event: Callable[[Event], None] = lambda event: None,
         device_memory: Callable[[], DeviceMemory | None] = lambda: None,
         learn_failures: bool = True,
+        pool: DevicePool | None = None,
+        lanes: int = 1,
+        cancel: threading.Event | None = None,
+        poll_s: float = 2.0,
+        join: bool = False,
     ) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be >= 1, not {lanes}")
         self.spec = spec
         self.space = space
         self.store = store
@@ -113,6 +136,16 @@ class StudyRunner:
         self.learn_failures = learn_failures
         self.model_info = ModelInfo.from_path(spec.model)
         self.directions = [o.direction for o in spec.objectives]
+        self.pool = pool
+        self.lanes = lanes
+        self.cancel = cancel or threading.Event()
+        self.poll_s = poll_s
+        self.join = join
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._ask_lock = threading.Lock()
+        self._skips_left = 0
+        self._run_token = ""
 
     def run(self) -> StudyResult:
         study, created = self.store.create_or_load(
@@ -122,33 +155,116 @@ class StudyRunner:
             self._initialize(study)
         else:
             self._check_same_experiment(study)
-            study.sampler = make_sampler(self.spec, offset=len(study.get_trials(deepcopy=False)))
-        self._recover_interrupted(study)
-        if not created:
-            self._retry_failed_baseline(study)
-        result = StudyResult(name=self.spec.study)
-        done = self._measured_count(study)
-        skips_left = SKIP_LIMIT_FACTOR * self.spec.trials
+            offset = len(study.get_trials(deepcopy=False))
+            if self.join:
+                # Workers that start together must not propose the same configs.
+                offset += int(uuid.uuid4().int % 1_000_000)
+            study.sampler = make_sampler(self.spec, offset=offset)
+        study.set_user_attr(SPEC_ATTR, self._shared_spec())
+        self._slots = self.store.slots(study)
+        self._slots.adopt(self._measured_numbers(study))
+        self._run_token = new_run()
         try:
-            while done < self.spec.trials:
-                if skips_left <= 0:
+            self._recover_interrupted(study)
+            if not created:
+                self._retry_failed_baseline(study)
+            result = StudyResult(name=self.spec.study)
+            self._skips_left = SKIP_LIMIT_FACTOR * self.spec.trials
+            if self.lanes == 1:
+                try:
+                    self._lane(study, result, 0)
+                except KeyboardInterrupt:
+                    result.interrupted = True
+            else:
+                self._run_lanes(study, result)
+        finally:
+            end_run(self._run_token)
+        return result
+
+    def _run_lanes(self, study: optuna.Study, result: StudyResult) -> None:
+        """Run `lanes` trials at a time, each lane in a thread of its own.
+
+        A lane's engine is started and torn down by that thread (the engine's parent-death
+        signal follows the thread that started it). Ctrl-C or SIGTERM in the main thread
+        cancels every lane: each tears its engine down and records its trial as interrupted.
+        An error in one lane lets the others finish their trial, then ends the study with it.
+        """
+        errors: list[BaseException] = []
+
+        def lane(k: int) -> None:
+            try:
+                self._lane(study, result, k)
+            except KeyboardInterrupt:  # cancelled
+                with self._lock:
+                    result.interrupted = True
+            except BaseException as exc:
+                with self._lock:
+                    errors.append(exc)
+                self._stop.set()
+
+        threads = [
+            threading.Thread(target=lane, args=(k,), name=f"lane-{k}") for k in range(self.lanes)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(thread.is_alive() for thread in threads):
+                for thread in threads:
+                    thread.join(timeout=0.2)
+        except KeyboardInterrupt:
+            result.interrupted = True
+            self._stop.set()
+            self.cancel.set()
+            for thread in threads:
+                thread.join()
+        if errors:
+            raise errors[0]
+
+    def _lane(self, study: optuna.Study, result: StudyResult, lane: int) -> None:
+        """Run trials until every slot of the budget is held by a finished trial.
+
+        While the last slots are held by trials running elsewhere, the lane waits: if their
+        worker dies, their slots come free and this lane runs them.
+        """
+        while not self._stop.is_set():
+            self._recover_interrupted(study)
+            held = self._slots.held()
+            if len(held) >= self.spec.trials:
+                if not self._any_running(study, set(held.values())):
+                    return
+                self._stop.wait(self.poll_s)
+                continue
+            with self._lock:
+                if self._skips_left <= 0:
                     result.exhausted = True
-                    break
-                outcome = self._one_trial(study, done)
+                    return
+            outcome = self._one_trial(study, lane)
+            with self._lock:
                 if outcome is None:
                     result.skipped += 1
-                    skips_left -= 1
+                    self._skips_left -= 1
                     continue
+                if outcome is NO_SLOT:
+                    continue
+                assert isinstance(outcome, tuple)
                 number, measurement = outcome
-                done += 1
                 result.trial_numbers.append(number)
                 result.device_s += measurement.device_s
                 result.measured += measurement.ok
                 result.failed += not measurement.ok
                 result.failed_device_s += 0.0 if measurement.ok else measurement.device_s
-        except KeyboardInterrupt:
-            result.interrupted = True
-        return result
+
+    @staticmethod
+    def _any_running(study: optuna.Study, numbers: set[int]) -> bool:
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        return any(t.number in numbers for t in running)
+
+    def _shared_spec(self) -> dict[str, Any]:
+        """The spec that `autotune worker` runs on other machines: paths made absolute."""
+        data = self.spec.shared()
+        data["model"] = _model_ref(self.spec.model)
+        data["space"] = _model_ref(self.spec.space)  # a space file's path; a shipped name as is
+        return data
 
     def _experiment(self) -> dict[str, Any]:
         """What makes trials comparable: a study continues only with the same values."""
@@ -191,28 +307,52 @@ class StudyRunner:
         )
 
     def _recover_interrupted(self, study: optuna.Study) -> None:
-        """Settle the trials a killed tuner left RUNNING.
+        """Settle the trials whose worker is gone (killed tuner, dead machine).
 
-        Its engine, if still alive, is ended. A trial whose measurement reached its folder is
-        recorded from there (it was measured; only the store never heard of it). Any other is
-        marked interrupted and queued again, once.
+        A trial is orphaned when its worker's process on this host is gone, when its heartbeat
+        is older than the store's `stale_after_s`, or when it has had no worker for as long (left
+        by an older version). On this host its engine, if still alive, is ended, and a trial whose
+        measurement reached its folder is recorded from there (it was measured; only the store
+        never heard of it). Any other is marked interrupted, gives its slot back and is queued
+        again, once. Two workers settling one trial: the first wins, the second skips it.
         """
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:
+            return
+        stale = self.store.stale_trial_ids(study)
+        for trial in running:
+            worker = trial.user_attrs.get(keys.WORKER)
+            if worker is None:
+                # Asked an instant ago by a worker about to record itself, or left by an older
+                # version: only the second is old.
+                started = trial.datetime_start or dt.datetime.now()
+                if (dt.datetime.now() - started).total_seconds() < self.store.stale_after_s:
+                    continue
+            elif trial._trial_id not in stale and not is_dead_here(worker):
+                continue
+            try:
+                self._settle_orphan(study, trial, local=worker is None or is_here(worker))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # settled by another worker meanwhile
+
+    def _settle_orphan(self, study: optuna.Study, trial: FrozenTrial, local: bool) -> None:
         storage = self.store.storage
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            trial_dir = self._trial_dir(trial.number)
+        trial_dir = self._trial_dir(trial.number)
+        if local:
             reap_stale_engine(trial_dir)
             saved = load_measurement(trial_dir, self.spec.slos)
             if saved is not None:
                 logger.warning("recording trial %d from %s", trial.number, trial_dir)
                 self._record(study, Trial(study, trial._trial_id), saved, trial_dir)
-                continue
-            storage.set_trial_user_attr(trial._trial_id, keys.STATUS, str(FailureKind.INTERRUPTED))
-            study.tell(trial.number, state=TrialState.FAIL)
-            if not trial.user_attrs.get(keys.REQUEUED):
-                attrs = {
-                    k: v for k, v in trial.user_attrs.items() if k in (keys.ROLE, keys.REPAIR_OF)
-                }
-                study.enqueue_trial(trial.params, user_attrs={**attrs, keys.REQUEUED: True})
+                return
+        logger.warning("trial %d was left running by a worker that is gone", trial.number)
+        storage.set_trial_user_attr(trial._trial_id, keys.STATUS, str(FailureKind.INTERRUPTED))
+        if not storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
+            return
+        self._slots.release(trial.number)
+        if not trial.user_attrs.get(keys.REQUEUED):
+            attrs = {k: v for k, v in trial.user_attrs.items() if k in (keys.ROLE, keys.REPAIR_OF)}
+            study.enqueue_trial(trial.params, user_attrs={**attrs, keys.REQUEUED: True})
 
     def _trial_dir(self, number: int) -> Path:
         return self.spec.study_dir / f"trial-{number:04d}"
@@ -234,17 +374,30 @@ class StudyRunner:
             )
 
     @staticmethod
-    def _measured_count(study: optuna.Study) -> int:
+    def _measured_numbers(study: optuna.Study) -> list[int]:
         """Trials that count against the budget: launched ones, whatever their outcome."""
         finished = (TrialState.COMPLETE, TrialState.FAIL)
-        return sum(
-            1
+        return [
+            t.number
             for t in study.get_trials(deepcopy=False, states=finished)
             if t.user_attrs.get(keys.DEVICE_S) is not None
-        )
+        ]
 
-    def _one_trial(self, study: optuna.Study, done: int) -> tuple[int, Measurement] | None:
-        trial = study.ask(self.space.distributions())
+    def _one_trial(self, study: optuna.Study, lane: int) -> Outcome:
+        """Ask for a config and run it: (number, measurement), None when it was skipped (never
+        launched), NO_SLOT when other workers filled the budget first."""
+        with self._ask_lock:
+            # Optuna pops a queued trial (the baseline, a retry) by reading then updating its
+            # state, which SQLite does not lock: two lanes asking at once could both get it.
+            trial = study.ask(self.space.distributions())
+        with self.store.heartbeat(trial._trial_id):
+            try:
+                trial.set_user_attr(keys.WORKER, worker_attr(self._run_token, lane=lane))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                return None  # taken for an orphan in the instant before it had a worker
+            return self._run_trial(study, trial, lane)
+
+    def _run_trial(self, study: optuna.Study, trial: Trial, lane: int) -> Outcome:
         params = dict(trial.params)
         config = self._engine_config(params)
         description = self.space.describe(params)
@@ -253,19 +406,40 @@ class StudyRunner:
         trial.set_user_attr(keys.ENV, config.env)
         if self._skip_reason(study, trial, config):
             return None
-        index = done + 1
-        self.emit(TrialStarted(trial.number, index, self.spec.trials, description))
+        slot = self._slots.claim(trial.number, self.spec.trials)
+        if slot is None:
+            self._give_back(study, trial)
+            return NO_SLOT
+        twin = self._slot_twin(study, trial)
+        if twin is not None:  # another worker claimed the same config at the same moment
+            self._slots.release(trial.number)
+            self._tell_skipped(study, trial, "duplicate", f"same config as trial {twin}")
+            return None
+        trial.set_user_attr(keys.SLOT, slot)
         trial_dir = self._trial_dir(trial.number)
+        lease = None
         try:
+            lease = self._lease(config)
+            if lease is not None:
+                config = self._engine_config(params, lease)
+                trial.set_user_attr(keys.ENV, config.env)
+                devices = format_device_list(lease.ids)
+                trial.set_user_attr(keys.WORKER, worker_attr(self._run_token, devices, lane))
+            self.emit(TrialStarted(trial.number, slot, self.spec.trials, description))
             measurement = self.measure(config, trial_dir)
         except KeyboardInterrupt:
             trial.set_user_attr(keys.STATUS, str(FailureKind.INTERRUPTED))
             trial.set_user_attr(keys.TRIAL_DIR, str(trial_dir))
             study.tell(trial, state=TrialState.FAIL)
-            self.emit(TrialSkipped(trial.number, str(FailureKind.INTERRUPTED), "stopped by user"))
+            self._slots.release(trial.number)
+            reason = "stopped by user"
+            self.emit(TrialSkipped(trial.number, str(FailureKind.INTERRUPTED), reason))
             raise
+        finally:
+            if lease is not None:
+                lease.release()
         self._record_or_keep(study, trial, measurement, trial_dir)
-        self.emit(TrialFinished(trial.number, index, self.spec.trials, measurement, study))
+        self.emit(TrialFinished(trial.number, slot, self.spec.trials, measurement, study))
         if measurement.teardown_error:
             raise StudyError(
                 f"trial {trial.number} was recorded, but its engine could not be cleared: "
@@ -280,6 +454,43 @@ class StudyRunner:
         if measurement.status == FailureKind.OOM and self.spec.repair and self.learn_failures:
             self._enqueue_repair(study, trial)
         return trial.number, measurement
+
+    def _slot_twin(self, study: optuna.Study, trial: Trial) -> int | None:
+        """Another running trial of the same config that holds a slot (checked after claiming,
+        so that of two workers proposing one config at once, at most one runs it; finished
+        ones are `_measured_twin`'s)."""
+        holders = set(self._slots.held().values()) - {trial.number}
+        for other in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if other.number in holders and other.params == trial.params:
+                return other.number
+        return None
+
+    def _lease(self, config: EngineConfig) -> Lease | None:
+        """The devices for `config` (tensor x pipeline parallel of them), once they are free."""
+        if self.pool is None:
+            return None
+        args = config.args
+        need = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
+        while True:
+            try:
+                return self.pool.acquire(need, timeout=0.5)
+            except TimeoutError:
+                if self.cancel.is_set():
+                    raise KeyboardInterrupt from None
+
+    def _give_back(self, study: optuna.Study, trial: Trial) -> None:
+        """End a proposal that found the budget full (another worker took the last slot); a
+        queued config (baseline, repair, retry) goes back in the queue for whoever runs next."""
+        trial.set_user_attr(keys.STATUS, "unused")
+        trial.set_user_attr(keys.REASON, "the budget was filled by other workers first")
+        study.tell(trial, state=TrialState.FAIL)
+        if "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id):
+            attrs = {
+                k: v
+                for k, v in trial.user_attrs.items()
+                if k in (keys.ROLE, keys.REPAIR_OF, keys.REQUEUED)
+            }
+            study.enqueue_trial(trial.params, user_attrs=attrs)
 
     def _record_or_keep(
         self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path
@@ -312,21 +523,29 @@ class StudyRunner:
             params, user_attrs={keys.ROLE: keys.ROLE_REPAIR, keys.REPAIR_OF: trial.number}
         )
 
-    def _engine_config(self, params: dict[str, Any]) -> EngineConfig:
+    def _engine_config(self, params: dict[str, Any], lease: Lease | None = None) -> EngineConfig:
+        """The engine config of `params`; with a lease, shown only the leased devices (on CPU:
+        its workers bound to the leased cores, whatever binding the space chose)."""
         options, env = self.space.to_engine(params)
         options.update(self.spec.engine.options)
         env.update(self.spec.engine.env)
+        cores = self.spec.engine.cores
+        if lease is not None:
+            env.update(lease.env)
+            if self.pool is not None and self.pool.platform == "cpu":
+                cores = lease.env["VLLM_CPU_OMP_THREADS_BIND"]
         return EngineConfig(
             model=_model_ref(self.spec.model),
             served_model_name=self.spec.api_model_name,
             args=options,
-            env=resolve_env(env, self.spec.engine.cores),
+            env=resolve_env(env, cores),
         )
 
     def _skip_reason(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> bool:
         """Record, at no device cost, a proposal that must not be launched."""
+        devices = self.pool.size if self.pool is not None else 1
         problems = check_constraints(
-            config.args, self.model_info, devices=1, platform=self.space.platform
+            config.args, self.model_info, devices=devices, platform=self.space.platform
         )
         if problems:
             self._tell_skipped(study, trial, str(FailureKind.INVALID_CONFIG), "; ".join(problems))
@@ -394,6 +613,10 @@ class StudyRunner:
         memory = self.device_memory()
         if memory is None or self.model_info is None:
             return None
+        if self.lanes > 1 and memory.platform == "cpu":
+            # Trials side by side on one host share its memory.
+            share = memory.total_bytes // self.lanes
+            memory = DeviceMemory(memory.device, share, min(memory.available_bytes, share))
         # The device the memory was read from says which of vLLM's checks apply (a space for
         # platform "any" runs on whatever the host has).
         estimate = estimate_memory(
@@ -467,8 +690,13 @@ def _known_ooms(study: optuna.Study) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _measured_twin(study: optuna.Study, trial: Trial) -> optuna.trial.FrozenTrial | None:
-    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if other.params == trial.params and other.user_attrs.get(keys.DEVICE_S) is not None:
+    """A trial of the same config that was measured, or that holds a slot and runs now."""
+    states = (TrialState.COMPLETE, TrialState.RUNNING)
+    for other in study.get_trials(deepcopy=False, states=states):
+        if other.number == trial.number or other.params != trial.params:
+            continue
+        key = keys.DEVICE_S if other.state == TrialState.COMPLETE else keys.SLOT
+        if other.user_attrs.get(key) is not None:
             return other
     return None
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autotune.bench import Stats, Summary
+from autotune.space import SearchSpace, load_space
+from autotune.spec import TuneSpec
 from autotune.store import TrialRecord
+from study.test_runner import STUDY, FakeMeasure
 
 
 def stats(p99: float, p50: float | None = None) -> Stats:
@@ -76,3 +80,33 @@ def summary_of() -> Callable[..., Summary]:
 def trial() -> Callable[..., TrialRecord]:
     """`trial(number, throughput, ttft, tpot, status=, role=, constraints=, config=)`."""
     return record
+
+
+# --- the runner's fixtures, shared by test_runner and test_lanes ---
+
+
+@pytest.fixture
+def space() -> SearchSpace:
+    return load_space("cpu-quick")
+
+
+@pytest.fixture
+def make_spec(tiny_model: Path, tmp_path: Path) -> Callable[..., TuneSpec]:
+    def make(**fields: Any) -> TuneSpec:
+        data: dict[str, Any] = {
+            "study": STUDY,
+            "model": str(tiny_model),
+            "space": "cpu-quick",
+            "root": tmp_path / "studies",
+            "trials": 3,
+            "sampler": "random",
+            **fields,
+        }
+        return TuneSpec.model_validate(data)
+
+    return make
+
+
+@pytest.fixture
+def measure(summary_of: Callable[..., Summary]) -> FakeMeasure:
+    return FakeMeasure(summary_of)

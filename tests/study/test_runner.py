@@ -58,33 +58,6 @@ class FakeMeasure:
         return Measurement(status="ok", summary=summary, engine={"startup_s": 1.0}, device_s=2.0)
 
 
-@pytest.fixture
-def space() -> SearchSpace:
-    return load_space("cpu-quick")
-
-
-@pytest.fixture
-def make_spec(tiny_model: Path, tmp_path: Path) -> Callable[..., TuneSpec]:
-    def make(**fields: Any) -> TuneSpec:
-        data: dict[str, Any] = {
-            "study": STUDY,
-            "model": str(tiny_model),
-            "space": "cpu-quick",
-            "root": tmp_path / "studies",
-            "trials": 3,
-            "sampler": "random",
-            **fields,
-        }
-        return TuneSpec.model_validate(data)
-
-    return make
-
-
-@pytest.fixture
-def measure(summary_of: Callable[..., Summary]) -> FakeMeasure:
-    return FakeMeasure(summary_of)
-
-
 def run(
     spec: TuneSpec,
     space: SearchSpace,
@@ -95,6 +68,15 @@ def run(
     on_event = events.append if events is not None else (lambda event: None)
     result = StudyRunner(spec, space, store, measure, on_event=on_event).run()
     return result, store.trials(spec.study)
+
+
+def gone_worker() -> dict[str, Any]:
+    """The worker record of a tuner in this process that has ended."""
+    from autotune.study._worker import end_run, new_run, worker_attr
+
+    token = new_run()
+    end_run(token)
+    return worker_attr(token)
 
 
 def records(spec: TuneSpec) -> list[TrialRecord]:
@@ -302,6 +284,7 @@ def test_running_trial_is_marked_interrupted_and_requeued_once(
     run(spec, space, measure)  # the baseline
     study = optuna.load_study(study_name=STUDY, storage=spec.storage_url)
     left = study.ask(space.distributions())  # a tuner killed while this trial ran
+    left.set_user_attr("worker", gone_worker())
     params = dict(left.params)
 
     # The re-queued trial is launched first; the tuner is killed again while it runs.
@@ -337,6 +320,7 @@ def test_interrupted_trial_is_requeued_and_measured(
     run(spec, space, measure)
     study = optuna.load_study(study_name=STUDY, storage=spec.storage_url)
     left = study.ask(space.distributions())
+    left.set_user_attr("worker", gone_worker())
 
     result, trials = run(make_spec(trials=2), space, measure)
     assert trials[left.number].status == "interrupted"

