@@ -270,6 +270,22 @@ def test_worker_command_joins_the_study_through_the_secret_url() -> None:
     assert "CHANGE-ME" in url, "the example Secret must hold a placeholder, not a password"
 
 
+def test_worker_args_are_what_the_cli_accepts(tmp_path: Path) -> None:
+    """The Job's args, with a store that holds no such study, fail on the study, not on an
+    option the `worker` command lacks."""
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    args = [
+        f"sqlite:///{tmp_path / 'none.db'}" if arg.startswith("$(") else arg
+        for arg in _worker_container()["args"]
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert result.output.strip().startswith("error: no study database at"), result.output
+
+
 def test_workers_request_npus_from_the_ascend_device_plugin() -> None:
     limits = _worker_container()["resources"]["limits"]
     assert NPU_RESOURCE in limits, f"limits {limits} lack {NPU_RESOURCE}"
