@@ -198,7 +198,9 @@ def engine_tmpdir(cache: Path) -> Path:
     tmp = cache / "tmp"
     if len(str(tmp)) > _MAX_TMPDIR_LEN:
         digest = hashlib.sha1(str(cache).encode()).hexdigest()[:12]
-        tmp = Path(tempfile.gettempdir()) / f"autotune-{digest}"
+        # The system's temp folder, unless TMPDIR is itself too long: then /tmp.
+        shorter = [Path(tempfile.gettempdir()) / f"autotune-{digest}", Path("/tmp") / digest]
+        tmp = next((p for p in shorter if len(str(p)) <= _MAX_TMPDIR_LEN), shorter[-1])
     tmp.mkdir(parents=True, exist_ok=True)
     return tmp
 

@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,3 +308,13 @@ def test_engine_tmpdir_leaves_room_for_vllms_socket_names(tmp_path: Path) -> Non
     tmp = engine_tmpdir(deep)
     assert tmp.is_dir() and len(str(tmp)) + 1 + 36 <= 107
     assert engine_tmpdir(deep) == tmp  # the same cache, the same folder
+
+
+def test_engine_tmpdir_is_short_even_when_tmpdir_is_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long_tmp = tmp_path / ("t" * 80)
+    long_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
+    tmp = engine_tmpdir(tmp_path / ("c" * 80) / ".cache")
+    assert tmp.is_dir() and len(str(tmp)) + 1 + 36 <= 107
