@@ -22,6 +22,14 @@ from autotune.spec import TuneSpec, load_spec, parse_objectives, parse_pairs
 from autotune.store import StudyStore, redact
 from autotune.study import SPEC_ATTR, StudyRunner, Workplan, measure
 
+# Options of every command that runs trials on this machine's devices.
+ParallelOption = Annotated[
+    str | None, typer.Option(help="Trials at once on disjoint devices: N or auto")
+]
+DevicesOption = Annotated[
+    str | None, typer.Option(help="Device ids this machine's trials may use, e.g. 0-3,6")
+]
+
 
 def tune(
     study: Annotated[
@@ -56,12 +64,8 @@ def tune(
             "--repair/--no-repair", help="Retry an OOM trial once with less memory (linked)"
         ),
     ] = None,
-    parallel: Annotated[
-        str | None, typer.Option(help="Trials at once on disjoint devices: N or auto")
-    ] = None,
-    devices: Annotated[
-        str | None, typer.Option(help="Device ids the tuner may use, e.g. 0-3,6")
-    ] = None,
+    parallel: ParallelOption = None,
+    devices: DevicesOption = None,
     spec: Annotated[Path | None, typer.Option(help="tune.yaml holding any of these fields")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -80,12 +84,8 @@ def worker(
     root: Annotated[Path, typer.Option(help="Folder for this machine's trial folders")] = Path(
         "studies"
     ),
-    parallel: Annotated[
-        str | None, typer.Option(help="Trials at once on disjoint devices: N or auto")
-    ] = None,
-    devices: Annotated[
-        str | None, typer.Option(help="Device ids this worker may use, e.g. 0-3,6")
-    ] = None,
+    parallel: ParallelOption = None,
+    devices: DevicesOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Join a study from another machine: run its trials here until its budget is spent.
