@@ -92,6 +92,11 @@ class TuneSpec(BaseModel):
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")
     root: Path = Field(default=Path("studies"), description="Folder for studies")
     engine: EngineSpec = Field(default_factory=EngineSpec)
+    baseline: dict[str, Any] | None = Field(
+        default=None,
+        description="Parameter values of trial 0 (default: the space's baselines); "
+        "`tune --baseline serve.sh` fills it from what you run today",
+    )
     parallel: int | Literal["auto"] = Field(
         default=1, description="Trials at once, on disjoint devices (auto: as the devices allow)"
     )

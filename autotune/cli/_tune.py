@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from autotune.bench import WorkloadError, build_requests
+from autotune.cli._baseline import model_of, read_baseline, with_baseline
 from autotune.cli._common import InputError, cli_errors, console, setup_logging
 from autotune.cli._render import event_printer, print_front, print_summary
 from autotune.devices import DeviceError, DevicePool, device_memory, format_device_list, plan_lanes
@@ -66,6 +67,13 @@ def tune(
     ] = None,
     parallel: ParallelOption = None,
     devices: DevicesOption = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            help="What you run today, as trial 0 of a new study: a `vllm serve` script "
+            "(exports included) or a --config YAML"
+        ),
+    ] = None,
     spec: Annotated[Path | None, typer.Option(help="tune.yaml holding any of these fields")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -73,7 +81,12 @@ def tune(
     setup_logging(verbose)
     with cli_errors():
         overrides = _overrides(locals())
+        imported = read_baseline(baseline) if baseline is not None else None
+        if imported is not None:
+            model_of(imported, overrides, spec)
         tune_spec = load_spec(spec, overrides)
+        if imported is not None and baseline is not None:
+            tune_spec = with_baseline(tune_spec, imported, baseline)
         _check_model(tune_spec.model)
         run_tune(tune_spec)
 

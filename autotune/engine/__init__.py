@@ -49,6 +49,12 @@ from autotune.engine._options import (
     yaml_key,
 )
 from autotune.engine._ports import free_port, port_is_free
+from autotune.engine._serve_import import (
+    ServeCommand,
+    ServeImportError,
+    parse_serve_script,
+    read_serve_file,
+)
 
 __all__ = [
     "CUDAGRAPH_MODE_SINCE",
@@ -63,6 +69,8 @@ __all__ = [
     "FailureKind",
     "LaunchSettings",
     "RunningEngine",
+    "ServeCommand",
+    "ServeImportError",
     "TeardownError",
     "ascend_option_problems",
     "build_command",
@@ -83,7 +91,9 @@ __all__ = [
     "option_argv",
     "parse_ascend_version",
     "parse_facts",
+    "parse_serve_script",
     "port_is_free",
+    "read_serve_file",
     "reap_stale_engine",
     "resolve_env",
     "suggest_option",

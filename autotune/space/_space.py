@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from optuna.distributions import BaseDistribution
 from optuna.trial import BaseTrial
 from pydantic import (
@@ -19,7 +20,7 @@ from pydantic import (
 
 from autotune.engine import is_known_option, normalize_option, suggest_option
 from autotune.space._errors import SpaceError
-from autotune.space._params import CategoricalParam, Issue, Parameter, format_value
+from autotune.space._params import BoolParam, CategoricalParam, Issue, Parameter, format_value
 
 Platform = Literal["cpu", "cuda", "ascend", "any"]
 
@@ -140,6 +141,69 @@ class SearchSpace(BaseModel):
                 options[param.target_option or param.name] = param.engine_value(value)
         return options, env
 
+    def params_from_engine(
+        self, options: dict[str, Any], env: dict[str, str]
+    ) -> tuple[dict[str, Any], set[str], set[str]]:
+        """The parameter values that launch `options` and `env` (the inverse of `to_engine`),
+        with the option and variable names they account for.
+
+        A parameter whose option or variable is absent takes its baseline value (vLLM's
+        default, or the space's stand-in for it); a variant parameter always does. A value the
+        parameter cannot take raises SpaceError naming it.
+        """
+        params: dict[str, Any] = {}
+        used_options: set[str] = set()
+        used_env: set[str] = set()
+        for param in self.parameters:
+            params[param.name] = param.baseline_value()
+            if isinstance(param, CategoricalParam) and param.variants:
+                continue
+            if param.env is not None:
+                found = self._env_value(param, env)
+                if found is not _ABSENT:
+                    params[param.name] = found
+                used_env.add(param.env)
+                continue
+            target = param.target_option or param.name
+            value = _dig(options, (target, *param.option_path[1:]))
+            used_options.add(target)
+            if value is _ABSENT:
+                continue
+            if param.scale is not None and isinstance(value, int | float):
+                if value % param.scale:
+                    raise SpaceError(
+                        f"{self.label}: {target}={value} is not a multiple of the scale "
+                        f"{param.scale} of parameter {param.name}"
+                    )
+                value = int(value // param.scale)
+            if not param.contains(value):
+                raise SpaceError(
+                    f"{self.label}: {target}={format_value(value)} is not a value parameter "
+                    f"{param.name} can take; widen the space or change the command"
+                )
+            params[param.name] = value
+        return params, used_options, used_env
+
+    def _env_value(self, param: Parameter, env: dict[str, str]) -> Any:
+        """The value of `param` whose variable text is `env[param.env]` (absent: the value
+        that leaves it unset, if any)."""
+        assert param.env is not None
+        text = env.get(param.env)
+        if isinstance(param, CategoricalParam):
+            candidates: list[Any] = list(param.choices)
+        elif isinstance(param, BoolParam):
+            candidates = [False, True]
+        else:
+            candidates = [] if text is None else [yaml.safe_load(text)]
+        for candidate in candidates:
+            if param.contains(candidate) and env_string(param.engine_value(candidate)) == text:
+                return candidate
+        if text is None:
+            return _ABSENT
+        raise SpaceError(
+            f"{self.label}: {param.env}={text} is not a value parameter {param.name} can take"
+        )
+
     def describe(self, params: dict[str, Any]) -> str:
         """A one-line human form: `max_num_seqs=64 kv_cache_mib=1024 ...`."""
         order = self.names + [k for k in params if k not in self.names]
@@ -155,6 +219,18 @@ class SearchSpace(BaseModel):
             if not param.contains(params[param.name]):
                 value = format_value(params[param.name])
                 raise SpaceError(f"{self.label}: params.{param.name}: invalid value {value}")
+
+
+_ABSENT: Any = object()
+
+
+def _dig(options: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = options
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return _ABSENT
+        value = value[key]
+    return value
 
 
 def _apply_overrides(options: dict[str, Any], overrides: dict[str, Any]) -> None:

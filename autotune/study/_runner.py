@@ -278,6 +278,10 @@ class StudyRunner:
             "max_error_rate": spec.max_error_rate,
         }
 
+    def _baseline_params(self) -> dict[str, Any]:
+        """Trial 0: the spec's (imported from what the user runs today) or the space's."""
+        return dict(self.spec.baseline) if self.spec.baseline else self.space.baseline_params()
+
     def _check_same_experiment(self, study: optuna.Study) -> None:
         stored = study.user_attrs
         for key, value in _jsonable(self._experiment()).items():
@@ -301,7 +305,7 @@ class StudyRunner:
         for key, value in _jsonable(attrs).items():
             study.set_user_attr(key, value)
         study.enqueue_trial(
-            self.space.baseline_params(),
+            self._baseline_params(),
             user_attrs={keys.ROLE: keys.ROLE_BASELINE},
             skip_if_exists=True,
         )
@@ -369,9 +373,7 @@ class StudyRunner:
         if baselines and not any(
             t.state in pending or t.user_attrs.get(keys.STATUS) == keys.STATUS_OK for t in baselines
         ):
-            study.enqueue_trial(
-                self.space.baseline_params(), user_attrs={keys.ROLE: keys.ROLE_BASELINE}
-            )
+            study.enqueue_trial(self._baseline_params(), user_attrs={keys.ROLE: keys.ROLE_BASELINE})
 
     @staticmethod
     def _measured_numbers(study: optuna.Study) -> list[int]:
