@@ -25,6 +25,7 @@ def test_cpu_options_and_env_map_back_to_parameters() -> None:
     assert "max_model_len" not in used_options and "VLLM_CPU_SGL_KERNEL" not in used_env
     opts, env_out = space.to_engine(params)
     assert opts["max_num_seqs"] == 64 and opts["kv_cache_memory_bytes"] == 2048 * 2**20
+    assert env_out["VLLM_CPU_OMP_THREADS_BIND"] == "{cores}"
 
 
 def test_ascend_env_and_nested_graph_mode_map_back() -> None:
