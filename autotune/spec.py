@@ -97,6 +97,11 @@ class TuneSpec(BaseModel):
         description="Parameter values of trial 0 (default: the space's baselines); "
         "`tune --baseline serve.sh` fills it from what you run today",
     )
+    warm_start: str | None = Field(
+        default=None,
+        description="Another study (same store, or its default file under root) whose Pareto "
+        "configs a new study runs first",
+    )
     parallel: int | Literal["auto"] = Field(
         default=1, description="Trials at once, on disjoint devices (auto: as the devices allow)"
     )

@@ -67,6 +67,10 @@ def tune(
     ] = None,
     parallel: ParallelOption = None,
     devices: DevicesOption = None,
+    warm_start: Annotated[
+        str | None,
+        typer.Option(help="Another study whose Pareto configs a new study runs first"),
+    ] = None,
     baseline: Annotated[
         Path | None,
         typer.Option(
@@ -131,7 +135,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
         for key in ("study", "model", "space", "workload", "trials", "storage", "root")
         if flags[key] is not None
     }
-    for key in ("sampler", "seed", "served_model_name", "repair", "devices"):
+    for key in ("sampler", "seed", "served_model_name", "repair", "devices", "warm_start"):
         if flags[key] is not None:
             out[key] = flags[key]
     if flags["parallel"] is not None:

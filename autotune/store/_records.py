@@ -34,6 +34,8 @@ SLOT = "slot"  # its place in the trial budget (1..trials)
 STATUS_OK = "ok"
 ROLE_BASELINE = "baseline"
 ROLE_REPAIR = "repair"
+ROLE_WARM_START = "warm_start"  # a Pareto config of another study, run first
+WARM_FROM = "warm_from"  # "STUDY#N": where a warm-start trial's config comes from
 
 
 class TrialRecord(BaseModel):

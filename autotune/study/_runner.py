@@ -40,6 +40,7 @@ from autotune.host import describe_host
 from autotune.space import (
     ModelInfo,
     SearchSpace,
+    SpaceError,
     allocated_bytes,
     check_constraints,
     comparable,
@@ -48,10 +49,11 @@ from autotune.space import (
     repair,
 )
 from autotune.spec import TuneSpec
-from autotune.store import StorageError, StudyStore, storage_errors
+from autotune.store import StorageError, StudyStore, default_storage_url, storage_errors
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
 from autotune.study._measure import MEASUREMENT_FILE, Measure, Measurement, load_measurement
 from autotune.study._objectives import constraint_values, objective_values
+from autotune.study._select import pareto_front, study_objectives
 from autotune.study._worker import end_run, is_dead_here, is_here, new_run, worker_attr
 
 logger = logging.getLogger(__name__)
@@ -309,6 +311,34 @@ class StudyRunner:
             user_attrs={keys.ROLE: keys.ROLE_BASELINE},
             skip_if_exists=True,
         )
+        if spec.warm_start:
+            self._warm_start(study, spec.warm_start)
+
+    def _warm_start(self, study: optuna.Study, other: str) -> None:
+        """Queue the Pareto configs of study `other` (after the baseline): a new study on the
+        same model and hardware starts from what an earlier one found."""
+        url = self.spec.storage or default_storage_url(self.spec.root, other)
+        source = StudyStore(url, create=False)
+        attrs = source.study_attrs(other)
+        if attrs.get("space") != self.space.name:
+            raise StudyError(
+                f"--warm-start {other}: it searched space {attrs.get('space')!r}, not "
+                f"{self.space.name!r}; its configs are not points of this space"
+            )
+        if attrs.get("model") != _model_ref(self.spec.model):
+            logger.warning("--warm-start %s tuned model %s", other, attrs.get("model"))
+        front = pareto_front(source.trials(other), study_objectives(attrs))
+        queued = 0
+        for trial in front:
+            try:
+                self.space.to_engine(trial.params)  # a point of this space, whole
+            except SpaceError:
+                continue
+            origin = f"{other}#{trial.number}"
+            attrs = {keys.ROLE: keys.ROLE_WARM_START, keys.WARM_FROM: origin}
+            study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=True)
+            queued += 1
+        logger.info("--warm-start %s: %d of %d Pareto configs queued", other, queued, len(front))
 
     def _recover_interrupted(self, study: optuna.Study) -> None:
         """Settle the trials whose worker is gone (killed tuner, dead machine).
