@@ -10,9 +10,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from autotune.bench import METRIC_NAMES, LoadProfile, Workload, parse_workload
+from autotune.bench import METRIC_NAMES, CapacitySearch, LoadProfile, Workload, parse_workload
 from autotune.engine import DEFAULT_COMMAND, normalize_option
 from autotune.store import default_storage_url
 
@@ -20,6 +27,14 @@ Direction = Literal["maximize", "minimize"]
 
 DEFAULT_OBJECTIVES: tuple[tuple[str, Direction], ...] = (
     ("output_throughput", "maximize"),
+    ("p99_ttft_ms", "minimize"),
+    ("p99_tpot_ms", "minimize"),
+)
+
+
+# With a capacity search: the load a config sustains, and the latencies at that load.
+CAPACITY_OBJECTIVES: tuple[tuple[str, Direction], ...] = (
+    ("capacity_rps", "maximize"),
     ("p99_ttft_ms", "minimize"),
     ("p99_tpot_ms", "minimize"),
 )
@@ -81,6 +96,11 @@ class TuneSpec(BaseModel):
     space: str = Field(default="cpu", description="Search-space file or shipped name")
     workload: Workload = Field(default_factory=lambda: parse_workload("random"))
     load: LoadProfile = Field(default_factory=lambda: LoadProfile(rate=8.0))
+    capacity: CapacitySearch | None = Field(
+        default=None,
+        description="Search each trial's highest rate within the SLOs (`--load capacity`) "
+        "instead of measuring at `load.rate`",
+    )
     slos: dict[str, float] = Field(default_factory=dict, description="metric -> upper bound")
     objectives: list[Objective] = Field(
         default_factory=lambda: [Objective(metric=m, direction=d) for m, d in DEFAULT_OBJECTIVES]
@@ -124,6 +144,19 @@ class TuneSpec(BaseModel):
     @classmethod
     def _parse_workload(cls, value: Any) -> Any:
         return parse_workload(value) if isinstance(value, str | dict) else value
+
+    @model_validator(mode="after")
+    def _capacity_needs_slos(self) -> TuneSpec:
+        names = {o.metric for o in self.objectives} | set(self.slos)
+        if self.capacity is None:
+            if "capacity_rps" in names:
+                raise ValueError("capacity_rps is measured only with a capacity search")
+            return self
+        if not self.slos:
+            raise ValueError("a capacity search needs at least one SLO (--slo p99_ttft_ms=...)")
+        if [(o.metric, o.direction) for o in self.objectives] == list(DEFAULT_OBJECTIVES):
+            self.objectives = [Objective(metric=m, direction=d) for m, d in CAPACITY_OBJECTIVES]
+        return self
 
     @field_validator("parallel")
     @classmethod

@@ -1,6 +1,7 @@
 """Load generation and metrics: workloads, arrival schedules, the streaming client, per-request
 records and their aggregation. Metric definitions: docs/metrics.md."""
 
+from autotune.bench._capacity import Capacity, CapacitySearch, find_capacity
 from autotune.bench._client import LoadClient, OpenAICompletionsClient, StreamError, run_benchmark
 from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
 from autotune.bench._load import LoadProfile
@@ -21,6 +22,8 @@ __all__ = [
     "Abort",
     "AbortKind",
     "BenchmarkAborted",
+    "Capacity",
+    "CapacitySearch",
     "Guard",
     "JsonlWorkload",
     "LoadClient",
@@ -35,6 +38,7 @@ __all__ = [
     "Workload",
     "WorkloadError",
     "build_requests",
+    "find_capacity",
     "parse_workload",
     "percentile",
     "read_records",

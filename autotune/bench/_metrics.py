@@ -14,6 +14,7 @@ LATENCIES = ("ttft", "tpot", "itl", "e2e")
 THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "goodput")
 METRIC_NAMES: tuple[str, ...] = (
     *THROUGHPUTS,
+    "capacity_rps",
     "errors",
     "error_rate",
     *(f"{stat}_{latency}_ms" for latency in LATENCIES for stat in STATS),
@@ -55,6 +56,8 @@ class Summary(BaseModel):
     tpot_ms: Stats
     itl_ms: Stats
     e2e_ms: Stats
+    # Set by a capacity search (`find_capacity`): the highest rate at which the SLOs held.
+    capacity_rps: float | None = None
 
     def metric(self, name: str) -> float:
         """A metric by its flat name (see METRIC_NAMES), e.g. `p99_ttft_ms`."""
@@ -62,6 +65,8 @@ class Summary(BaseModel):
             raise KeyError(f"unknown metric {name!r}; known: {', '.join(METRIC_NAMES)}")
         if name == "errors":
             return float(self.errors)
+        if name == "capacity_rps":
+            return float(self.capacity_rps or 0.0)  # 0 when not searched (never NaN)
         if name == "error_rate":
             total = self.completed + self.errors
             return self.errors / total if total else 0.0

@@ -41,8 +41,10 @@ def _finished(console: Console, event: TrialFinished) -> None:
         console.print(f"  trial {event.number} [red]{m.status}[/]: {m.reason} ({m.device_s:.0f} s)")
     else:
         s = m.summary
+        capacity = "" if s.capacity_rps is None else f"capacity {s.capacity_rps:.2f} req/s, "
         console.print(
-            f"  trial {event.number} [green]ok[/]: {s.output_throughput:,.0f} output tok/s, "
+            f"  trial {event.number} [green]ok[/]: {capacity}"
+            f"{s.output_throughput:,.0f} output tok/s, "
             f"p99 TTFT {s.ttft_ms.p99:.1f} ms, p99 TPOT {s.tpot_ms.p99:.2f} ms, "
             f"{s.errors} errors (start-up {m.engine.get('startup_s', 0):.0f} s, "
             f"trial {m.device_s:.0f} s)"

@@ -43,6 +43,13 @@ def tune(
     ] = None,
     rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight (cap)")] = None,
+    load: Annotated[
+        str | None,
+        typer.Option(
+            help="fixed: measure at --rate; capacity: search each config's highest rate "
+            "within the SLOs"
+        ),
+    ] = None,
     slo: Annotated[
         list[str] | None, typer.Option(help="METRIC=BOUND, e.g. p99_ttft_ms=2000")
     ] = None,
@@ -138,6 +145,10 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     for key in ("sampler", "seed", "served_model_name", "repair", "devices", "warm_start"):
         if flags[key] is not None:
             out[key] = flags[key]
+    if flags["load"] is not None:
+        if flags["load"] not in ("fixed", "capacity"):
+            raise InputError(f"--load {flags['load']!r}: expected fixed or capacity")
+        out["capacity"] = {} if flags["load"] == "capacity" else None
     if flags["parallel"] is not None:
         out["parallel"] = parse_parallel(flags["parallel"])
     if flags["rate"] is not None or flags["concurrency"] is not None:
@@ -206,6 +217,7 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
         spec.max_error_rate,
         hang_s=spec.engine.hang_timeout_s,
         deadline_s=spec.engine.benchmark_timeout_s,
+        capacity=spec.capacity,
     )
     try:
         pool, lanes = plan_lanes(space.platform, spec.parallel, spec.devices)

@@ -19,11 +19,13 @@ from typing import Any
 from autotune.bench import (
     AbortKind,
     BenchmarkAborted,
+    CapacitySearch,
     Guard,
     LoadProfile,
     RequestRecord,
     RequestSpec,
     Summary,
+    find_capacity,
     read_records,
     run_benchmark,
     summarize,
@@ -53,6 +55,7 @@ class Workplan:
     max_error_rate: float = 0.0
     hang_s: float | None = 120.0
     deadline_s: float | None = 1800.0
+    capacity: CapacitySearch | None = None  # search the highest rate within the SLOs
 
 
 @dataclass
@@ -98,14 +101,7 @@ def measure(
 
             guard = Guard(probe=probe, hang_s=plan.hang_s, deadline_s=plan.deadline_s)
             try:
-                records = run_benchmark(
-                    engine.url,
-                    config.api_model_name,
-                    plan.warmup,
-                    plan.requests,
-                    plan.profile,
-                    guard=guard,
-                )
+                records = _run_plan(engine.url, config.api_model_name, plan, guard, trial_dir)
             except BenchmarkAborted as aborted:
                 engine.mark_failed()
                 _write_records(trial_dir, aborted.records)
@@ -123,6 +119,10 @@ def measure(
                     _fail(result, engine.failure(FailureKind.CRASH))
                 else:
                     result.summary = summarize(records, plan.slos)
+                    if plan.capacity is not None:
+                        capacity = load_capacity(trial_dir)
+                        result.engine["capacity"] = capacity
+                        result.summary = _with_capacity(result.summary, capacity)
                     if result.summary.completed == 0:
                         first = next((r.error for r in records if r.error), None)
                         reason = first or "no request completed"
@@ -137,6 +137,50 @@ def measure(
     result.device_s = round(clock() - started, 2)
     save_measurement(trial_dir, result)
     return result
+
+
+CAPACITY_FILE = "capacity.json"
+
+
+def _run_plan(
+    url: str, model: str, plan: Workplan, guard: Guard, trial_dir: Path
+) -> list[RequestRecord]:
+    """The plan's benchmark: its requests at its load, or, with a capacity search, at the
+    highest rate that holds the SLOs (the records of that level; every level is kept in
+    `levels/` and the search in `capacity.json`)."""
+    if plan.capacity is None:
+        return run_benchmark(url, model, plan.warmup, plan.requests, plan.profile, guard=guard)
+    runs: list[list[RequestRecord]] = []
+    (trial_dir / "levels").mkdir(parents=True, exist_ok=True)
+
+    def run(profile: LoadProfile) -> Summary:
+        warmup = plan.warmup if not runs else ()
+        records = run_benchmark(url, model, warmup, plan.requests, profile, guard=guard)
+        write_records(trial_dir / "levels" / f"level-{len(runs)}.jsonl", records)
+        runs.append(records)
+        return summarize(records, plan.slos)
+
+    def holds(summary: Summary) -> bool:
+        return (
+            summary.completed > 0
+            and all(summary.metric(name) <= bound for name, bound in plan.slos.items())
+            and summary.metric("error_rate") <= plan.max_error_rate
+        )
+
+    capacity = find_capacity(run, plan.profile, holds, plan.capacity)
+    chosen = next(i for i, lv in enumerate(capacity.levels) if lv.summary is capacity.summary)
+    (trial_dir / CAPACITY_FILE).write_text(json.dumps(capacity.to_dict(), indent=1))
+    return runs[chosen]
+
+
+def load_capacity(trial_dir: Path) -> dict[str, Any]:
+    """The capacity search of a trial, as `_run_plan` wrote it."""
+    data: dict[str, Any] = json.loads((trial_dir / CAPACITY_FILE).read_text())
+    return data
+
+
+def _with_capacity(summary: Summary, capacity: dict[str, Any]) -> Summary:
+    return summary.model_copy(update={"capacity_rps": float(capacity.get("rate") or 0.0)})
 
 
 def _noticed(kind: str, reason: str) -> dict[str, Any]:
@@ -183,6 +227,8 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
             m.summary = summarize(read_records(trial_dir / "requests.jsonl"), slos)
         except (OSError, ValueError):
             return None
+        if isinstance(m.engine.get("capacity"), dict):
+            m.summary = _with_capacity(m.summary, m.engine["capacity"])
     return m
 
 

@@ -278,6 +278,7 @@ class StudyRunner:
             "load": spec.load.model_dump(mode="json"),
             "slos": spec.slos,
             "max_error_rate": spec.max_error_rate,
+            "capacity": spec.capacity.model_dump() if spec.capacity else None,
         }
 
     def _baseline_params(self) -> dict[str, Any]:
@@ -700,7 +701,10 @@ def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
 
 def _flat_metrics(m: Measurement) -> dict[str, float]:
     assert m.summary is not None
-    out = {name: m.summary.metric(name) for name in METRIC_NAMES}
+    searched = m.summary.capacity_rps is not None
+    out = {
+        name: m.summary.metric(name) for name in METRIC_NAMES if name != "capacity_rps" or searched
+    }
     out["completed"] = float(m.summary.completed)
     out["duration_s"] = m.summary.duration_s
     return {k: (v if v == v and abs(v) != float("inf") else -1.0) for k, v in out.items()}

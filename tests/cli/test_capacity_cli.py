@@ -1,0 +1,49 @@
+"""`autotune tune --load capacity` against the fake engine: the search runs on each trial's
+one engine and its result becomes the trial's objective (tests/e2e has the real engine)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune.store import StudyStore
+
+TuneArgv = Callable[..., list[str | Path]]
+
+
+def test_capacity_is_each_trials_objective(
+    tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object]
+) -> None:
+    argv = tune_argv("cap", "--trials", "2", "--load", "capacity", "--slo", "p99_ttft_ms=60000")
+    result = cli(*argv)
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    root = tmp_path / "studies"
+    store = StudyStore(f"sqlite:///{root / 'cap' / 'study.db'}", create=False)
+    attrs = store.study_attrs("cap")
+    assert attrs["objectives"][0] == {"metric": "capacity_rps", "direction": "maximize"}
+    for trial in [t for t in store.trials("cap") if t.device_s is not None]:
+        assert trial.status == "ok"
+        search = json.loads((Path(trial.trial_dir or "") / "capacity.json").read_text())
+        assert search["levels"][0]["rate"] is None  # the saturation probe
+        assert trial.metrics["capacity_rps"] == search["rate"] > 0
+        assert trial.values is not None and trial.values[0] == search["rate"]
+        levels = sorted((Path(trial.trial_dir or "") / "levels").glob("level-*.jsonl"))
+        assert len(levels) == len(search["levels"])
+
+
+def test_capacity_without_an_slo_is_one_error_line(
+    tune_argv: TuneArgv, cli: Callable[..., object]
+) -> None:
+    result = cli(*tune_argv("x", "--load", "capacity"))
+    assert result.exit_code == 2  # type: ignore[attr-defined]
+    (line,) = result.output.strip().splitlines()  # type: ignore[attr-defined]
+    assert "a capacity search needs at least one SLO" in line
+
+
+def test_an_unknown_load_mode_is_one_error_line(
+    tune_argv: TuneArgv, cli: Callable[..., object]
+) -> None:
+    result = cli(*tune_argv("x", "--load", "max"))
+    assert result.exit_code == 2  # type: ignore[attr-defined]
+    assert result.output.strip() == "error: --load 'max': expected fixed or capacity"  # type: ignore[attr-defined]
