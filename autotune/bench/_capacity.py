@@ -41,6 +41,7 @@ class Level:
     rate: float  # requests/s; inf for the saturation probe
     holds: bool
     summary: Summary
+    runs: int = 1
 
 
 @dataclass
@@ -61,7 +62,11 @@ class Capacity:
             "rate": round(self.rate, 4),
             "saturation_rps": round(self.saturation_rps, 4),
             "levels": [
-                {"rate": None if math.isinf(lv.rate) else round(lv.rate, 4), "holds": lv.holds}
+                {
+                    "rate": None if math.isinf(lv.rate) else round(lv.rate, 4),
+                    "holds": lv.holds,
+                    "runs": lv.runs,
+                }
                 for lv in self.levels
             ],
         }
@@ -112,10 +117,8 @@ def _level(
     """One load level, run until a run fails or `repeats` runs held (near the knee one run is
     a coin flip: a level counts as held only when it holds every time). Its summary is the
     failing run's, else the last one's."""
-    summary = run(profile)
-    for _ in range(repeats - 1):
-        if not holds(summary):
-            break
-        summary = run(profile)
+    summary, runs = run(profile), 1
+    while runs < repeats and holds(summary):
+        summary, runs = run(profile), runs + 1
     assert profile.rate is not None
-    return Level(profile.rate, holds(summary), summary)
+    return Level(profile.rate, holds(summary), summary, runs)

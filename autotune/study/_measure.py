@@ -146,19 +146,20 @@ def _run_plan(
     url: str, model: str, plan: Workplan, guard: Guard, trial_dir: Path
 ) -> list[RequestRecord]:
     """The plan's benchmark: its requests at its load, or, with a capacity search, at the
-    highest rate that holds the SLOs (the records of that level; every level is kept in
-    `levels/` and the search in `capacity.json`)."""
+    highest rate that holds the SLOs (the records of that level's deciding run; every run is
+    kept in `levels/` and the search in `capacity.json`)."""
     if plan.capacity is None:
         return run_benchmark(url, model, plan.warmup, plan.requests, plan.profile, guard=guard)
-    runs: list[list[RequestRecord]] = []
+    runs: list[tuple[Summary, list[RequestRecord]]] = []
     (trial_dir / "levels").mkdir(parents=True, exist_ok=True)
 
     def run(profile: LoadProfile) -> Summary:
         warmup = plan.warmup if not runs else ()
         records = run_benchmark(url, model, warmup, plan.requests, profile, guard=guard)
-        write_records(trial_dir / "levels" / f"level-{len(runs)}.jsonl", records)
-        runs.append(records)
-        return summarize(records, plan.slos)
+        write_records(trial_dir / "levels" / f"run-{len(runs)}.jsonl", records)
+        summary = summarize(records, plan.slos)
+        runs.append((summary, records))
+        return summary
 
     def holds(summary: Summary) -> bool:
         return (
@@ -168,9 +169,8 @@ def _run_plan(
         )
 
     capacity = find_capacity(run, plan.profile, holds, plan.capacity)
-    chosen = next(i for i, lv in enumerate(capacity.levels) if lv.summary is capacity.summary)
     (trial_dir / CAPACITY_FILE).write_text(json.dumps(capacity.to_dict(), indent=1))
-    return runs[chosen]
+    return next(records for summary, records in runs if summary is capacity.summary)
 
 
 def load_capacity(trial_dir: Path) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def test_bisects_to_the_knee_within_the_tolerance() -> None:
     assert found.summary.metric("p99_ttft_ms") == 100.0  # latencies at capacity
     failing = [lv.rate for lv in found.levels[1:] if not lv.holds]
     assert min(failing) - found.rate <= 0.05 * 10 + 1e-9  # one step above does not hold
-    assert found.to_dict()["levels"][0] == {"rate": None, "holds": False}
+    assert found.to_dict()["levels"][0] == {"rate": None, "holds": False, "runs": 1}
 
 
 def test_every_level_keeps_the_base_profiles_cap_and_seed() -> None:

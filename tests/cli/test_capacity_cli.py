@@ -28,8 +28,8 @@ def test_capacity_is_each_trials_objective(
         assert search["levels"][0]["rate"] is None  # the saturation probe
         assert trial.metrics["capacity_rps"] == search["rate"] > 0
         assert trial.values is not None and trial.values[0] == search["rate"]
-        levels = sorted((Path(trial.trial_dir or "") / "levels").glob("level-*.jsonl"))
-        assert len(levels) == len(search["levels"])
+        runs = sorted((Path(trial.trial_dir or "") / "levels").glob("run-*.jsonl"))
+        assert len(runs) == sum(level["runs"] for level in search["levels"])
 
 
 def test_capacity_without_an_slo_is_one_error_line(
