@@ -83,6 +83,9 @@ def trial_table(
     table = Table(title=title, title_justify="left")
     table.add_column("trial", justify="right", no_wrap=True)
     table.add_column("config", overflow="fold")
+    capacity = any("capacity_rps" in t.metrics for t in rows)  # a capacity-search study
+    if capacity:
+        table.add_column("capacity req/s", justify="right", no_wrap=True)
     for col in ("out tok/s", "vs base", "TTFT p50/p99 ms", "TPOT p50/p99 ms"):
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("status", overflow="fold")
@@ -98,6 +101,8 @@ def trial_table(
             ]
         else:
             cells = ["-", "", "-", "-"]
+        if capacity:
+            cells.insert(0, f"{t.metric('capacity_rps'):.2f}" if t.measured else "-")
         status = t.status if t.feasible or not t.measured else "ok (misses SLO)"
         if not t.measured and t.reason:
             status = f"{t.status}: {t.reason[:60]}"

@@ -30,6 +30,9 @@ def test_capacity_is_each_trials_objective(
         assert trial.values is not None and trial.values[0] == search["rate"]
         runs = sorted((Path(trial.trial_dir or "") / "levels").glob("run-*.jsonl"))
         assert len(runs) == sum(level["runs"] for level in search["levels"])
+    shown = cli("show", "cap", "--root", root)
+    assert shown.exit_code == 0, shown.output  # type: ignore[attr-defined]
+    assert "capacity req/s" in shown.output  # type: ignore[attr-defined]
 
 
 def test_capacity_without_an_slo_is_one_error_line(
