@@ -183,6 +183,11 @@ print(json.dumps({"model": args.model, "mode": mode.name, "seqs": args.max_num_s
 def test_vllm_reads_the_exported_graph_mode(tmp_path: Path) -> None:
     out = tmp_path / "best.yaml"
     export_trial("s1", ascend_trial(graph_mode="FULL"), ATTRS, out, "trial 3")
+    # A local folder for the model: offline (HF_HUB_OFFLINE=1) vLLM resolves any other name
+    # through the hub cache, and /models/qwen is not on this machine.
+    model = tmp_path / "qwen"
+    model.mkdir()
+    out.write_text(out.read_text().replace("/models/qwen", str(model)))
     result = subprocess.run(
         [sys.executable, "-c", _VLLM_READS_CONFIG, str(out)],
         capture_output=True,
@@ -192,4 +197,4 @@ def test_vllm_reads_the_exported_graph_mode(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     parsed = json.loads(result.stdout.strip().splitlines()[-1])
-    assert parsed == {"model": "/models/qwen", "mode": "FULL", "seqs": 256}
+    assert parsed == {"model": str(model), "mode": "FULL", "seqs": 256}
