@@ -335,9 +335,8 @@ class StudyRunner:
                 self.space.to_engine(trial.params)  # a point of this space, whole
             except SpaceError:
                 continue
-            origin = f"{other}#{trial.number}"
-            attrs = {keys.ROLE: keys.ROLE_WARM_START, keys.WARM_FROM: origin}
-            study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=True)
+            origin = {keys.ROLE: keys.ROLE_WARM_START, keys.WARM_FROM: f"{other}#{trial.number}"}
+            study.enqueue_trial(trial.params, user_attrs=origin, skip_if_exists=True)
             queued += 1
         logger.info("--warm-start %s: %d of %d Pareto configs queued", other, queued, len(front))
 
