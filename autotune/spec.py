@@ -213,11 +213,14 @@ def parse_objectives(items: list[str]) -> list[dict[str, str]]:
     return out
 
 
-def load_spec(path: Path | None, overrides: dict[str, Any]) -> TuneSpec:
-    """The spec from `path` (if any) with `overrides` (non-None flag values) laid over it."""
-    data: dict[str, Any] = {}
+def load_spec(
+    path: Path | None, overrides: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> TuneSpec:
+    """The spec from `path` (if any) with `overrides` (non-None flag values) laid over it;
+    `defaults` fill the fields that neither names (e.g. the model of `--baseline`)."""
+    data: dict[str, Any] = dict(defaults or {})
     if path is not None:
-        data = _read_yaml(path)
+        data.update(_read_yaml(path))
     for key, value in overrides.items():
         if value is None:
             continue

@@ -11,8 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from autotune.cli._common import InputError
 from autotune.engine import ServeCommand, ServeImportError, read_serve_file
 from autotune.space import SpaceError, load_space
@@ -24,17 +22,6 @@ def read_baseline(path: Path) -> ServeCommand:
         return read_serve_file(path)
     except ServeImportError as exc:
         raise InputError(f"--baseline {path}: {exc}") from None
-
-
-def model_of(command: ServeCommand, overrides: dict[str, Any], spec_file: Path | None) -> None:
-    """The command's model, where neither `--model` nor the spec file names one."""
-    if command.model is None or "model" in overrides:
-        return
-    if spec_file is not None:
-        data = yaml.safe_load(spec_file.read_text()) if spec_file.is_file() else None
-        if isinstance(data, dict) and data.get("model"):
-            return
-    overrides["model"] = command.model
 
 
 def with_baseline(spec: TuneSpec, command: ServeCommand, path: Path) -> TuneSpec:

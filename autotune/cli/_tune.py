@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from autotune.bench import WorkloadError, build_requests
-from autotune.cli._baseline import model_of, read_baseline, with_baseline
+from autotune.cli._baseline import read_baseline, with_baseline
 from autotune.cli._common import InputError, cli_errors, console, setup_logging
 from autotune.cli._render import event_printer, print_front, print_summary
 from autotune.devices import DeviceError, DevicePool, device_memory, format_device_list, plan_lanes
@@ -93,9 +93,8 @@ def tune(
     with cli_errors():
         overrides = _overrides(locals())
         imported = read_baseline(baseline) if baseline is not None else None
-        if imported is not None:
-            model_of(imported, overrides, spec)
-        tune_spec = load_spec(spec, overrides)
+        defaults = {"model": imported.model} if imported and imported.model else {}
+        tune_spec = load_spec(spec, overrides, defaults)
         if imported is not None and baseline is not None:
             tune_spec = with_baseline(tune_spec, imported, baseline)
         _check_model(tune_spec.model)
