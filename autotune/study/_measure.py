@@ -40,6 +40,7 @@ from autotune.engine import (
     TeardownError,
     launch,
 )
+from autotune.study._objectives import constraint_values
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,9 @@ def measure(
 
             guard = Guard(probe=probe, hang_s=plan.hang_s, deadline_s=plan.deadline_s)
             try:
-                records = _run_plan(engine.url, config.api_model_name, plan, guard, trial_dir)
+                records, capacity = _run_plan(
+                    engine.url, config.api_model_name, plan, guard, trial_dir
+                )
             except BenchmarkAborted as aborted:
                 engine.mark_failed()
                 _write_records(trial_dir, aborted.records)
@@ -119,8 +122,7 @@ def measure(
                     _fail(result, engine.failure(FailureKind.CRASH))
                 else:
                     result.summary = summarize(records, plan.slos)
-                    if plan.capacity is not None:
-                        capacity = load_capacity(trial_dir)
+                    if capacity is not None:
                         result.engine["capacity"] = capacity
                         result.summary = _with_capacity(result.summary, capacity)
                     if result.summary.completed == 0:
@@ -144,12 +146,14 @@ CAPACITY_FILE = "capacity.json"
 
 def _run_plan(
     url: str, model: str, plan: Workplan, guard: Guard, trial_dir: Path
-) -> list[RequestRecord]:
+) -> tuple[list[RequestRecord], dict[str, Any] | None]:
     """The plan's benchmark: its requests at its load, or, with a capacity search, at the
-    highest rate that holds the SLOs (the records of that level's deciding run; every run is
-    kept in `levels/` and the search in `capacity.json`)."""
+    highest rate that holds the SLOs. Returns the records (with a search: of the run that
+    decided the chosen level; every run is kept in `levels/`) and the search, as also written
+    to `capacity.json` (None without one)."""
     if plan.capacity is None:
-        return run_benchmark(url, model, plan.warmup, plan.requests, plan.profile, guard=guard)
+        records = run_benchmark(url, model, plan.warmup, plan.requests, plan.profile, guard=guard)
+        return records, None
     runs: list[tuple[Summary, list[RequestRecord]]] = []
     (trial_dir / "levels").mkdir(parents=True, exist_ok=True)
 
@@ -162,21 +166,14 @@ def _run_plan(
         return summary
 
     def holds(summary: Summary) -> bool:
-        return (
-            summary.completed > 0
-            and all(summary.metric(name) <= bound for name, bound in plan.slos.items())
-            and summary.metric("error_rate") <= plan.max_error_rate
-        )
+        """Feasible as a trial is: the same constraints (SLOs, error rate) at or below 0."""
+        values = constraint_values(summary, plan.slos, plan.max_error_rate)
+        return summary.completed > 0 and all(v <= 0 for v in values.values())
 
     capacity = find_capacity(run, plan.profile, holds, plan.capacity)
-    (trial_dir / CAPACITY_FILE).write_text(json.dumps(capacity.to_dict(), indent=1))
-    return next(records for summary, records in runs if summary is capacity.summary)
-
-
-def load_capacity(trial_dir: Path) -> dict[str, Any]:
-    """The capacity search of a trial, as `_run_plan` wrote it."""
-    data: dict[str, Any] = json.loads((trial_dir / CAPACITY_FILE).read_text())
-    return data
+    search = capacity.to_dict()
+    (trial_dir / CAPACITY_FILE).write_text(json.dumps(search, indent=1))
+    return next(records for summary, records in runs if summary is capacity.summary), search
 
 
 def _with_capacity(summary: Summary, capacity: dict[str, Any]) -> Summary:
