@@ -13,10 +13,8 @@ from autotune.cli._common import InputError, cli_errors, console
 from autotune.devices import (
     DeviceError,
     Inventory,
-    discover,
-    parse_device_list,
+    discover_selected,
     run_tool,
-    select_devices,
 )
 
 # Where sysfs and procfs are read. Tests replace this and `run_tool` (the device tools' runner).
@@ -38,10 +36,7 @@ def devices(
     """List the devices the tuner may use: id, name, memory, NUMA node and cores."""
     with cli_errors():
         try:
-            wanted = parse_device_list(device_list) if device_list is not None else None
-            inventory = discover(platform, run=run_tool, root=ROOT)
-            if wanted is not None:
-                inventory = select_devices(inventory, wanted)
+            inventory = discover_selected(platform, device_list, run=run_tool, root=ROOT)
         except DeviceError as err:
             raise InputError(str(err)) from None
         if as_json:

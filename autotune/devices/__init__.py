@@ -27,7 +27,12 @@ from autotune.devices._nvidia import (
 from autotune.devices._pool import DevicePool, Lease, check_parallel
 from autotune.devices._records import DeviceMemory, DeviceProcess, SmiParseError
 from autotune.devices._release import ReleaseResult, run_tool, wait_released
-from autotune.devices._selection import format_device_list, parse_device_list, select_devices
+from autotune.devices._selection import (
+    discover_selected,
+    format_device_list,
+    parse_device_list,
+    select_devices,
+)
 from autotune.devices._topology import NPU_SMI_TOPO, NVIDIA_TOPO, Topology, parse_topology
 
 __all__ = [
@@ -55,6 +60,7 @@ __all__ = [
     "cpu_memory",
     "device_memory",
     "discover",
+    "discover_selected",
     "format_cpulist",
     "format_device_list",
     "gpu_devices",

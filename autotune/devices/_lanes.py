@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.devices._cpu_slots import split_cpu
-from autotune.devices._discover import Runner, discover
+from autotune.devices._discover import Runner
 from autotune.devices._inventory import DeviceError
 from autotune.devices._pool import DevicePool
-from autotune.devices._selection import parse_device_list, select_devices
+from autotune.devices._selection import discover_selected
 
 
 def plan_lanes(
@@ -32,9 +32,9 @@ def plan_lanes(
         raise DeviceError(f"--parallel must be a number >= 1 or auto, not {parallel!r}")
     if platform == "cpu" and parallel == 1 and devices is None:
         return None, 1
-    inventory = discover("auto" if platform == "any" else platform, run=run, root=root)
-    if devices is not None:
-        inventory = select_devices(inventory, parse_device_list(devices))
+    inventory = discover_selected(
+        "auto" if platform == "any" else platform, devices, run=run, root=root
+    )
     if inventory.platform == "cpu":
         lanes = len(inventory.devices) if parallel == "auto" else int(parallel)
         return DevicePool(split_cpu(inventory, lanes, root=root)), lanes

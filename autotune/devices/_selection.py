@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from pathlib import Path
 
+from autotune.devices._discover import Runner, discover
 from autotune.devices._inventory import DeviceError, Inventory
 from autotune.devices._numa import format_cpulist
 
@@ -67,3 +69,13 @@ def select_devices(inventory: Inventory, ids: list[int]) -> Inventory:
         )
     wanted = set(ids)
     return replace(inventory, devices=[d for d in inventory.devices if d.id in wanted])
+
+
+def discover_selected(
+    platform: str, devices: str | None, *, run: Runner | None = None, root: Path = Path("/")
+) -> Inventory:
+    """`discover(platform)` limited to the `--devices` list, if one is given. The list is
+    checked first, so that a malformed one runs no device tool."""
+    wanted = parse_device_list(devices) if devices is not None else None
+    inventory = discover(platform, run=run, root=root)
+    return inventory if wanted is None else select_devices(inventory, wanted)
