@@ -59,6 +59,7 @@ from autotune.study._worker import end_run, is_dead_here, is_here, new_run, work
 logger = logging.getLogger(__name__)
 
 SPEC_ATTR = "spec"  # the study attribute holding TuneSpec.shared(): what workers run
+_ASK_LOCK = threading.Lock()  # one `study.ask` at a time in this process
 SKIP_LIMIT_FACTOR = 10  # proposals that are skipped (invalid, duplicate) per trial of budget
 
 
@@ -145,7 +146,6 @@ class StudyRunner:
         self.join = join
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._ask_lock = threading.Lock()
         self._skips_left = 0
         self._run_token = ""
 
@@ -418,9 +418,10 @@ class StudyRunner:
     def _one_trial(self, study: optuna.Study, lane: int) -> Outcome:
         """Ask for a config and run it: (number, measurement), None when it was skipped (never
         launched), NO_SLOT when other workers filled the budget first."""
-        with self._ask_lock:
+        with _ASK_LOCK:
             # Optuna pops a queued trial (the baseline, a retry) by reading then updating its
-            # state, which SQLite does not lock: two lanes asking at once could both get it.
+            # state, which SQLite does not lock: two lanes or runners of this process asking at
+            # once could both get it. (Across processes: use PostgreSQL, see docs/cluster.md.)
             trial = study.ask(self.space.distributions())
         with self.store.heartbeat(trial._trial_id):
             try:
