@@ -148,6 +148,8 @@ class OpenAICompletionsClient:
         self._in_flight = 0
         self._last_progress = 0.0
         self._aborted_records: list[RequestRecord] = []
+        self._finished: list[RequestRecord] = []  # of the measured requests, as they end
+        self._judged = False
 
     async def run(
         self,
@@ -160,11 +162,13 @@ class OpenAICompletionsClient:
         http = self._open(profile.request_timeout_s)
         started = self._clock()
         try:
+            self._judged = False
             if warmup:
                 warm = await self._guarded(http, warmup, profile, guard, started)
                 failed = sum(not record.ok for record in warm)
                 if failed:
                     logger.warning("%d of %d warm-up requests failed", failed, len(warm))
+            self._judged = True  # the guard's judge sees measured requests only
             return await self._guarded(http, requests, profile, guard, started)
         finally:
             await http.close()
@@ -181,6 +185,7 @@ class OpenAICompletionsClient:
         if guard is None:
             return await self._run_all(http, requests, profile)
         self._in_flight, self._last_progress = 0, self._clock()
+        self._finished = []
         run = asyncio.ensure_future(self._run_all(http, requests, profile))
         watch = asyncio.ensure_future(self._watch(guard, started))
         await asyncio.wait((run, watch), return_when=asyncio.FIRST_COMPLETED)
@@ -197,7 +202,9 @@ class OpenAICompletionsClient:
     async def _watch(self, guard: Guard, started: float) -> Abort:
         while True:
             await asyncio.sleep(guard.interval_s)
-            abort = guard.check(self._clock(), started, self._last_progress, self._in_flight)
+            finished = self._finished if self._judged else ()
+            now = self._clock()
+            abort = guard.check(now, started, self._last_progress, self._in_flight, finished)
             if abort is not None:
                 return abort
 
@@ -259,7 +266,9 @@ class OpenAICompletionsClient:
             error = "stream ended without tokens"
         elif error is None and not stream.done:
             error = "stream ended before [DONE]"
-        return stream.record(index, spec, send_time, end_time, error)
+        record = stream.record(index, spec, send_time, end_time, error)
+        self._finished.append(record)
+        return record
 
     async def _stream(self, http: LineStream, spec: RequestSpec, stream: _Stream) -> None:
         """The one streaming loop: POST, then feed every SSE line, stamped on arrival."""

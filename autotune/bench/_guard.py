@@ -8,7 +8,7 @@ its log); the client knows only that a probe exists.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -19,6 +19,7 @@ class AbortKind(StrEnum):
     ENGINE = "engine"  # the probe says the engine died or logged a fatal error
     HANG = "hang"  # requests in flight and no streamed line for `hang_s`
     DEADLINE = "deadline"  # the whole run took longer than `deadline_s`
+    PRUNED = "pruned"  # `judge` says the measured requests so far already decide the trial
 
 
 @dataclass(frozen=True)
@@ -42,16 +43,24 @@ class Guard:
 
     `probe` returns a reason when the engine is gone (None while it is healthy); `hang_s` is the
     longest silence allowed while requests are in flight; `deadline_s` bounds the whole run
-    (warm-up included). Any of them may be None.
+    (warm-up included). `judge` sees the measured requests finished so far (never warm-up
+    ones) and returns a reason once they already decide the trial (early stopping). Any of
+    them may be None.
     """
 
     probe: Callable[[], str | None] | None = None
     hang_s: float | None = None
     deadline_s: float | None = None
     interval_s: float = 0.2
+    judge: Callable[[Sequence[RequestRecord]], str | None] | None = None
 
     def check(
-        self, now: float, started: float, last_progress: float, in_flight: int
+        self,
+        now: float,
+        started: float,
+        last_progress: float,
+        in_flight: int,
+        finished: Sequence[RequestRecord] = (),
     ) -> Abort | None:
         if self.probe is not None and (reason := self.probe()) is not None:
             return Abort(AbortKind.ENGINE, reason)
@@ -63,4 +72,6 @@ class Guard:
             )
         if self.deadline_s is not None and now - started > self.deadline_s:
             return Abort(AbortKind.DEADLINE, f"benchmark still running after {self.deadline_s:g} s")
+        if self.judge is not None and finished and (reason := self.judge(finished)) is not None:
+            return Abort(AbortKind.PRUNED, reason)
         return None

@@ -155,3 +155,46 @@ def _meets(record: RequestRecord, bounds: Mapping[str, float]) -> bool:
         if value is not None and value * 1000.0 > bound:
             return False
     return True
+
+
+def median_summary(summaries: Sequence[Summary]) -> Summary:
+    """The summary of repeated runs of one config: every metric is the median of the runs'
+    (each latency statistic on its own), so one lucky or unlucky run does not decide."""
+    if not summaries:
+        raise ValueError("no runs to take the median of")
+    if len(summaries) == 1:
+        return summaries[0]
+
+    def med(values: Sequence[float]) -> float:
+        return percentile(values, 50)
+
+    stats = {
+        f"{latency}_ms": Stats(
+            **{
+                stat: med([getattr(getattr(s, f"{latency}_ms"), stat) for s in summaries])
+                for stat in STATS
+            }
+        )
+        for latency in LATENCIES
+    }
+    capacities = [s.capacity_rps for s in summaries if s.capacity_rps is not None]
+    fields: dict[str, object] = {
+        "completed": round(med([s.completed for s in summaries])),
+        "errors": round(med([s.errors for s in summaries])),
+        "duration_s": med([s.duration_s for s in summaries]),
+        **{name: med([getattr(s, name) for s in summaries]) for name in THROUGHPUTS},
+        **stats,
+        "capacity_rps": med(capacities) if capacities else None,
+    }
+    return Summary.model_validate(fields)
+
+
+def spread(summaries: Sequence[Summary], names: Sequence[str] = METRIC_NAMES) -> dict[str, float]:
+    """Half the range of each metric over repeated runs (0 for a single run): how far one run
+    may sit from another. `median - spread` is the conservative value of a maximized metric."""
+    out: dict[str, float] = {}
+    for name in names:
+        values = [s.metric(name) for s in summaries]
+        finite = [v for v in values if math.isfinite(v)]
+        out[name] = (max(finite) - min(finite)) / 2 if len(finite) == len(values) else math.inf
+    return out

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from autotune.bench import (
     AbortKind,
@@ -26,8 +27,10 @@ from autotune.bench import (
     RequestSpec,
     Summary,
     find_capacity,
+    median_summary,
     read_records,
     run_benchmark,
+    spread,
     summarize,
     write_records,
 )
@@ -41,6 +44,7 @@ from autotune.engine import (
     launch,
 )
 from autotune.study._objectives import constraint_values
+from autotune.study._prune import Judge
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +61,7 @@ class Workplan:
     hang_s: float | None = 120.0
     deadline_s: float | None = 1800.0
     capacity: CapacitySearch | None = None  # search the highest rate within the SLOs
+    repeats: int = 1  # benchmark runs per trial on its one engine; objectives are their medians
 
 
 @dataclass
@@ -70,6 +75,7 @@ class Measurement:
     device_s: float = 0.0
     log_tail: str = ""
     teardown_error: str | None = None
+    spread: dict[str, float] = field(default_factory=dict)  # half-range over repeated runs
 
     @property
     def ok(self) -> bool:
@@ -77,9 +83,16 @@ class Measurement:
 
 
 MEASUREMENT_FILE = "measurement.json"
+RUNS_DIR = "runs"  # with repeats: one records file per run
+PRUNED = "pruned"  # the status of a trial stopped early (see autotune.study._prune)
 
 
-Measure = Callable[[EngineConfig, Path], Measurement]
+class Measure(Protocol):
+    """The device work of one trial; `judge` (early stopping) may end its benchmark early."""
+
+    def __call__(
+        self, config: EngineConfig, trial_dir: Path, judge: Judge | None = None
+    ) -> Measurement: ...
 
 
 def measure(
@@ -88,8 +101,12 @@ def measure(
     plan: Workplan,
     settings: LaunchSettings,
     clock: Callable[[], float] = time.monotonic,
+    judge: Judge | None = None,
 ) -> Measurement:
-    """Launch `config`, run `plan` against it, and report; the engine is always torn down."""
+    """Launch `config`, run `plan` against it, and report; the engine is always torn down.
+
+    `judge` stops the benchmark as soon as the requests so far decide the trial: it is then
+    recorded as `pruned`, with the metrics of the requests it finished."""
     started = clock()
     result = Measurement(status="ok")
     try:
@@ -100,15 +117,19 @@ def measure(
                 settings.check_cancel()  # raised out of the client's event loop, as Ctrl-C is
                 return engine.probe()
 
-            guard = Guard(probe=probe, hang_s=plan.hang_s, deadline_s=plan.deadline_s)
+            guard = Guard(probe=probe, hang_s=plan.hang_s, deadline_s=plan.deadline_s, judge=judge)
             try:
-                records, capacity = _run_plan(
+                records, capacity, runs = _run_plan(
                     engine.url, config.api_model_name, plan, guard, trial_dir
                 )
             except BenchmarkAborted as aborted:
-                engine.mark_failed()
                 _write_records(trial_dir, aborted.records)
                 result.engine["abort"] = _noticed(str(aborted.abort.kind), aborted.abort.reason)
+                if aborted.abort.kind is AbortKind.PRUNED:  # the engine is fine: a normal stop
+                    result.status, result.reason = PRUNED, aborted.abort.reason
+                    result.summary = _pruned_summary(aborted.records, plan.slos)
+                    raise _Pruned from None
+                engine.mark_failed()
                 if aborted.abort.kind is AbortKind.ENGINE:
                     _fail(result, engine.failure(FailureKind.CRASH))
                 else:
@@ -122,6 +143,10 @@ def measure(
                     _fail(result, engine.failure(FailureKind.CRASH))
                 else:
                     result.summary = summarize(records, plan.slos)
+                    if runs:
+                        result.summary = median_summary(runs)
+                        result.spread = _finite(spread(runs))
+                        result.engine["repeats"] = len(runs)
                     if capacity is not None:
                         result.engine["capacity"] = capacity
                         result.summary = _with_capacity(result.summary, capacity)
@@ -133,6 +158,8 @@ def measure(
         _fail(result, exc.failure)
         if exc.startup_s is not None:
             result.engine["startup_s"] = round(exc.startup_s, 2)
+    except _Pruned:
+        pass
     except TeardownError as exc:
         logger.error("%s", exc)
         result.teardown_error = str(exc)
@@ -144,16 +171,25 @@ def measure(
 CAPACITY_FILE = "capacity.json"
 
 
+class _Pruned(Exception):
+    """The benchmark was stopped early by the judge (the engine is torn down normally)."""
+
+
 def _run_plan(
     url: str, model: str, plan: Workplan, guard: Guard, trial_dir: Path
-) -> tuple[list[RequestRecord], dict[str, Any] | None]:
-    """The plan's benchmark: its requests at its load, or, with a capacity search, at the
-    highest rate that holds the SLOs. Returns the records (with a search: of the run that
-    decided the chosen level; every run is kept in `levels/`) and the search, as also written
-    to `capacity.json` (None without one)."""
+) -> tuple[list[RequestRecord], dict[str, Any] | None, list[Summary]]:
+    """The plan's benchmark: its requests at its load (`repeats` times), or, with a capacity
+    search, at the highest rate that holds the SLOs. Returns the records (of the median run;
+    with a search: of the run that decided the chosen level; every run is kept in `runs/` or
+    `levels/`), the search, as also written to `capacity.json` (None without one), and the
+    summaries of the repeated runs (empty for a single run)."""
     if plan.capacity is None:
-        records = run_benchmark(url, model, plan.warmup, plan.requests, plan.profile, guard=guard)
-        return records, None
+        if plan.repeats <= 1:
+            records = run_benchmark(
+                url, model, plan.warmup, plan.requests, plan.profile, guard=guard
+            )
+            return records, None, []
+        return _repeated(url, model, plan, guard, trial_dir)
     runs: list[tuple[Summary, list[RequestRecord]]] = []
     (trial_dir / "levels").mkdir(parents=True, exist_ok=True)
 
@@ -173,7 +209,38 @@ def _run_plan(
     capacity = find_capacity(run, plan.profile, holds, plan.capacity)
     search = capacity.to_dict()
     (trial_dir / CAPACITY_FILE).write_text(json.dumps(search, indent=1))
-    return next(records for summary, records in runs if summary is capacity.summary), search
+    chosen = next(records for summary, records in runs if summary is capacity.summary)
+    return chosen, search, []
+
+
+def _repeated(
+    url: str, model: str, plan: Workplan, guard: Guard, trial_dir: Path
+) -> tuple[list[RequestRecord], None, list[Summary]]:
+    """`plan.repeats` runs of the same requests on one engine (warm-up before the first)."""
+    folder = trial_dir / RUNS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    runs: list[tuple[Summary, list[RequestRecord]]] = []
+    for k in range(plan.repeats):
+        warmup = plan.warmup if k == 0 else ()
+        records = run_benchmark(url, model, warmup, plan.requests, plan.profile, guard=guard)
+        write_records(folder / f"run-{k}.jsonl", records)
+        runs.append((summarize(records, plan.slos), records))
+    by_throughput = sorted(runs, key=lambda run: run[0].output_throughput)
+    median_run = by_throughput[(len(runs) - 1) // 2][1]
+    return median_run, None, [summary for summary, _ in runs]
+
+
+def _finite(values: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in values.items() if math.isfinite(v)}
+
+
+def _pruned_summary(records: Sequence[RequestRecord], slos: Mapping[str, float]) -> Summary:
+    """The metrics of a stopped run: the requests it finished (not those it cut short)."""
+    return summarize([r for r in records if not _cut_short(r)], slos)
+
+
+def _cut_short(record: RequestRecord) -> bool:
+    return record.error is not None and record.error.startswith("aborted")
 
 
 def _with_capacity(summary: Summary, capacity: dict[str, Any]) -> Summary:
@@ -198,6 +265,7 @@ def save_measurement(trial_dir: Path, m: Measurement) -> None:
         "device_s": m.device_s,
         "log_tail": m.log_tail,
         "teardown_error": m.teardown_error,
+        "spread": m.spread,
     }
     trial_dir.mkdir(parents=True, exist_ok=True)
     tmp = trial_dir / (MEASUREMENT_FILE + ".tmp")
@@ -218,15 +286,27 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
         device_s=float(data.get("device_s") or 0.0),
         log_tail=str(data.get("log_tail") or ""),
         teardown_error=data.get("teardown_error"),
+        spread=dict(data.get("spread") or {}),
     )
-    if m.status == "ok":
+    if m.status in ("ok", PRUNED):
         try:
-            m.summary = summarize(read_records(trial_dir / "requests.jsonl"), slos)
+            m.summary = _saved_summary(trial_dir, m, slos)
         except (OSError, ValueError):
             return None
         if isinstance(m.engine.get("capacity"), dict):
             m.summary = _with_capacity(m.summary, m.engine["capacity"])
     return m
+
+
+def _saved_summary(trial_dir: Path, m: Measurement, slos: Mapping[str, float]) -> Summary:
+    """The summary `measure` gave, rebuilt from the records it kept."""
+    if m.status == PRUNED:
+        return _pruned_summary(read_records(trial_dir / "requests.jsonl"), slos)
+    repeats = int(m.engine.get("repeats") or 0)
+    if repeats > 1:
+        runs = [trial_dir / RUNS_DIR / f"run-{k}.jsonl" for k in range(repeats)]
+        return median_summary([summarize(read_records(path), slos) for path in runs])
+    return summarize(read_records(trial_dir / "requests.jsonl"), slos)
 
 
 def _fail(result: Measurement, failure: Failure) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -17,6 +17,7 @@ from autotune.bench import (
     Guard,
     LoadProfile,
     OpenAICompletionsClient,
+    RequestRecord,
     RequestSpec,
     run_benchmark,
 )
@@ -330,3 +331,49 @@ def test_idle_gaps_between_arrivals_are_not_a_hang() -> None:
     guard = Guard(hang_s=0.1)
     assert guard.check(now=10.0, started=0.0, last_progress=0.0, in_flight=0) is None
     assert guard.check(now=10.0, started=0.0, last_progress=0.0, in_flight=1) is not None
+
+
+class SlowStream(ScriptedStream):
+    """A scripted stream that also takes real time, so that the guard gets to look."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for data in super().__aiter__():
+            await asyncio.sleep(0.01)
+            yield data
+
+
+def _judged_run(judge: Callable[[Sequence[RequestRecord]], str | None]) -> list[RequestRecord]:
+    clock = FakeClock()
+    script = [(0.02, event("a")), (0.02, event("b", usage(3, 2))), (0.0, DONE)]
+    return run_benchmark(
+        "http://engine:8000",
+        "tiny",
+        [SPEC, SPEC],
+        [SPEC] * 6,
+        ONE_AT_A_TIME,
+        clock=clock,
+        transport=httpx.MockTransport(
+            lambda _: httpx.Response(200, stream=SlowStream(clock, list(script)))
+        ),
+        guard=Guard(judge=judge, interval_s=0.005),
+    )
+
+
+def test_judge_sees_measured_requests_only_and_can_end_the_run() -> None:
+    seen: list[int] = []
+
+    def watching(finished: Sequence[RequestRecord]) -> str | None:
+        seen.append(len(finished))
+        return None
+
+    assert len(_judged_run(watching)) == 6
+    assert seen and max(seen) <= 6  # never the two warm-up requests
+
+    def deciding(finished: Sequence[RequestRecord]) -> str | None:
+        return "decided" if len(finished) >= 2 else None
+
+    with pytest.raises(BenchmarkAborted) as caught:
+        _judged_run(deciding)
+    assert caught.value.abort == Abort(AbortKind.PRUNED, "decided")
+    done = [r for r in caught.value.records if r.ok]
+    assert 2 <= len(done) < 6

@@ -95,3 +95,22 @@ def test_metric_names() -> None:
     assert "p50_itl_ms" in METRIC_NAMES and "goodput" in METRIC_NAMES
     with pytest.raises(KeyError, match="known: output_throughput"):
         summary.metric("p95_ttft_ms")
+
+
+def test_median_summary_takes_each_metric_median_and_spread_half_the_range() -> None:
+    from autotune.bench import median_summary, spread
+
+    runs = [summarize(RECORDS[:k]) for k in (1, 2, 2)]
+    runs = [
+        runs[0].model_copy(update={"output_throughput": 100.0}),
+        runs[1].model_copy(update={"output_throughput": 130.0}),
+        runs[2].model_copy(update={"output_throughput": 90.0}),
+    ]
+    median = median_summary(runs)
+    assert median.output_throughput == 100.0
+    assert median.ttft_ms.p99 == percentile([r.ttft_ms.p99 for r in runs], 50)
+    assert median_summary(runs[:1]) is runs[0]
+    wobble = spread(runs, ["output_throughput", "p99_ttft_ms"])
+    assert wobble["output_throughput"] == 20.0
+    with pytest.raises(ValueError):
+        median_summary([])

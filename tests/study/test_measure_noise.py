@@ -1,0 +1,61 @@
+"""`measure` on a fake engine process: repeated runs on one engine, and early stopping."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from support import fake_settings, processes_mentioning
+
+from autotune.bench import LoadProfile, RequestSpec, median_summary, spread, summarize
+from autotune.bench._records import read_records
+from autotune.engine import EngineConfig
+from autotune.study import PRUNED, Workplan, measure
+from autotune.study._measure import load_measurement
+
+CONFIG = EngineConfig(model="tiny", served_model_name="tiny", args={"max_num_seqs": 4})
+REQUESTS = [RequestSpec([1, 2, 3, 4], 16) for _ in range(24)]
+ENV = {"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_STEP_S": "0.005"}
+
+
+def plan(repeats: int = 1) -> Workplan:
+    return Workplan(
+        [RequestSpec([1, 2], 4)], REQUESTS, LoadProfile(concurrency=4), {}, repeats=repeats
+    )
+
+
+def test_repeats_run_on_one_engine_and_report_medians_and_spread(tmp_path: Path) -> None:
+    trial = tmp_path / "trial"
+    m = measure(CONFIG, trial, plan(repeats=3), fake_settings(tmp_path, extra_env=ENV))
+
+    assert m.ok, m.reason
+    assert m.engine["repeats"] == 3
+    log = (trial / "engine.log").read_text()
+    assert log.count("$ ") == 1  # one engine start for the three runs
+    runs = [summarize(read_records(trial / "runs" / f"run-{k}.jsonl")) for k in range(3)]
+    assert all(r.completed == len(REQUESTS) for r in runs)
+    assert m.summary == median_summary(runs)
+    assert m.spread["output_throughput"] == spread(runs)["output_throughput"] >= 0
+    # The saved measurement rebuilds the same medians and spread (resume, a lost store).
+    saved = load_measurement(trial, {})
+    assert saved is not None and saved.summary == m.summary and saved.spread == m.spread
+    assert processes_mentioning(str(trial)) == []
+
+
+def test_a_judged_run_stops_early_and_keeps_what_it_finished(tmp_path: Path) -> None:
+    trial = tmp_path / "trial"
+
+    def judge(finished: object) -> str | None:
+        return "dominated (test)" if len(finished) >= 6 else None  # type: ignore[arg-type]
+
+    m = measure(CONFIG, trial, plan(), fake_settings(tmp_path, extra_env=ENV), judge=judge)
+
+    assert m.status == PRUNED and m.reason == "dominated (test)" and not m.ok
+    assert m.summary is not None and 6 <= m.summary.completed < len(REQUESTS)
+    assert m.summary.errors == 0  # requests cut short are not errors of the engine
+    assert m.engine["abort"]["kind"] == "pruned"
+    data = json.loads((trial / "measurement.json").read_text())
+    assert data["status"] == "pruned"
+    saved = load_measurement(trial, {})
+    assert saved is not None and saved.summary == m.summary
+    assert processes_mentioning(str(trial)) == []

@@ -1,0 +1,70 @@
+"""Early stopping rules: when the requests finished so far already decide a trial."""
+
+from __future__ import annotations
+
+from autotune.bench import RequestRecord, percentile
+from autotune.study import PruneRule, make_judge
+from autotune.study._prune import FrontPoint
+
+OBJECTIVES = [("output_throughput", "maximize"), ("p99_ttft_ms", "minimize")]
+
+
+def request(i: int, ttft_s: float, error: str | None = None, tokens: int = 10) -> RequestRecord:
+    send = float(i)
+    times = tuple(send + ttft_s + 0.01 * k for k in range(tokens))
+    return RequestRecord(i, send, times[0], times, times[-1], 5, tokens, error)
+
+
+def test_a_percentile_slo_is_broken_once_enough_requests_are_over_it() -> None:
+    judge = make_judge(PruneRule(), OBJECTIVES, [], {"p99_ttft_ms": 100.0}, 1.0, total=10)
+    # p99 of 10 values interpolates between the 9th and 10th: 2 values over the bound make it
+    # surely over, whatever the other 8 are.
+    assert judge([request(0, 0.5)]) is None
+    reason = judge([request(0, 0.5), request(1, 0.2)])
+    assert reason is not None and "p99_ttft_ms SLO already broken" in reason
+    worst_case = [0.0] * 8 + [200.0, 200.0]
+    assert percentile(worst_case, 99) > 100.0
+
+
+def test_a_median_slo_needs_half_the_requests_over_it() -> None:
+    judge = make_judge(PruneRule(), OBJECTIVES, [], {"p50_ttft_ms": 100.0}, 1.0, total=10)
+    slow = [request(i, 0.5) for i in range(5)]
+    assert judge(slow) is None  # 5 fast ones could still come: p50 = mean of 5th and 6th
+    assert judge([*slow, request(5, 0.5)]) is not None
+    assert percentile([0.0] * 4 + [500.0] * 6, 50) > 100.0
+
+
+def test_the_error_rate_is_over_its_limit_for_good() -> None:
+    judge = make_judge(PruneRule(), OBJECTIVES, [], {}, 0.1, total=10)
+    failed = [request(i, 0.01, error="HTTP 500") for i in range(2)]
+    assert judge(failed[:1]) is None
+    assert "error rate already over" in str(judge(failed))
+
+
+def test_dominated_with_margin_after_enough_requests() -> None:
+    fast = [FrontPoint(3, (1e6, 1.0))]  # far better than anything below
+    judge = make_judge(PruneRule(margin=0.1, min_requests=4), OBJECTIVES, fast, {}, 1.0, 16)
+    slow = [request(i, 0.3) for i in range(4)]
+    assert judge(slow[:3]) is None  # too few requests to judge
+    reason = judge(slow)
+    assert reason is not None and "dominated by trial 3 with a 10% margin" in reason
+
+
+def test_within_the_margin_is_not_dominated() -> None:
+    records = [request(i, 0.3) for i in range(8)]
+    from autotune.bench import summarize
+
+    s = summarize(records)
+    near = FrontPoint(1, (s.output_throughput * 1.05, s.ttft_ms.p99 / 1.05))  # 5% better
+    judge = make_judge(PruneRule(margin=0.1, min_requests=4), OBJECTIVES, [near], {}, 1.0, 16)
+    assert judge(records) is None
+    far = FrontPoint(2, (s.output_throughput * 1.2, s.ttft_ms.p99 / 1.2))  # 20% better
+    judge = make_judge(PruneRule(margin=0.1, min_requests=4), OBJECTIVES, [far], {}, 1.0, 16)
+    assert judge(records) is not None
+
+
+def test_a_capacity_objective_is_never_judged_by_dominance() -> None:
+    objectives = [("capacity_rps", "maximize"), ("p99_ttft_ms", "minimize")]
+    front = [FrontPoint(1, (1e6, 1.0))]
+    judge = make_judge(PruneRule(min_requests=1), objectives, front, {}, 1.0, 4)
+    assert judge([request(0, 5.0), request(1, 5.0)]) is None
