@@ -131,6 +131,25 @@ class TuneSpec(BaseModel):
     repair: bool = Field(
         default=False, description="Retry an OOM trial once with less memory (a linked trial)"
     )
+    repeats: int = Field(
+        default=1,
+        ge=1,
+        description="Benchmark runs per trial on its one engine; objectives are their medians "
+        "and the spread (half the range) is kept",
+    )
+    prune: bool = Field(
+        default=False,
+        description="Stop a trial's benchmark early once its running metrics make it "
+        "certainly infeasible or dominated by the front with `prune_margin` (status pruned)",
+    )
+    prune_margin: float = Field(default=0.1, ge=0, description="Margin of `prune`'s dominance")
+    confirm: int = Field(
+        default=0,
+        ge=0,
+        description="After the budget, re-measure this many top front configs and the "
+        "baseline in alternating rounds; the winner is picked by median minus spread",
+    )
+    confirm_rounds: int = Field(default=3, ge=1, description="Rounds of the confirm step")
 
     @field_validator("slos")
     @classmethod

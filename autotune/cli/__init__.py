@@ -12,7 +12,7 @@ from autotune.cli._bench import bench
 from autotune.cli._common import cli_errors, console
 from autotune.cli._devices import devices
 from autotune.cli._results import export, show
-from autotune.cli._tune import tune, worker
+from autotune.cli._tune import confirm, tune, worker
 
 app = typer.Typer(
     name="autotune",
@@ -23,6 +23,7 @@ app = typer.Typer(
 )
 app.command()(tune)
 app.command()(worker)
+app.command()(confirm)
 app.command()(show)
 app.command()(export)
 app.command()(bench)

@@ -10,12 +10,15 @@ from rich.table import Table
 
 from autotune.store import TrialRecord, study_records
 from autotune.study import (
+    CONFIRM_ATTR,
+    PRUNED,
     Event,
     StudyResult,
     TrialFinished,
     TrialSkipped,
     TrialStarted,
     baseline,
+    confirmed_winner,
     pareto_front,
     study_objectives,
 )
@@ -37,7 +40,9 @@ def event_printer(console: Console) -> Callable[[Event], None]:
 
 def _finished(console: Console, event: TrialFinished) -> None:
     m = event.measurement
-    if m.summary is None:
+    if m.status == PRUNED:
+        console.print(f"  trial {event.number} [yellow]pruned[/]: {m.reason} ({m.device_s:.0f} s)")
+    elif m.summary is None:
         console.print(f"  trial {event.number} [red]{m.status}[/]: {m.reason} ({m.device_s:.0f} s)")
     else:
         s = m.summary
@@ -62,13 +67,58 @@ def _finished(console: Console, event: TrialFinished) -> None:
 
 def print_summary(console: Console, result: StudyResult) -> None:
     failed_share = result.failed_device_s / result.device_s if result.device_s else 0.0
+    pruned = (
+        f"; {result.pruned} pruned early, about {result.saved_device_s:.0f} device-seconds "
+        "saved (against the median full trial)"
+        if result.pruned
+        else ""
+    )
     console.print(
         f"\n{result.measured} measured, {result.failed} failed, {result.skipped} skipped "
         f"before launch; {result.device_s:.0f} device-seconds "
         f"({failed_share:.0%} on failed trials)"
+        + pruned
         + ("; the space is exhausted" if result.exhausted else "")
         + ("; interrupted" if result.interrupted else "")
     )
+
+
+def _with_spread(t: TrialRecord, name: str, fmt: str) -> str:
+    value = format(t.metric(name), fmt)
+    wobble = t.spread.get(name)
+    return value if not wobble else f"{value} ±{format(wobble, fmt)}"
+
+
+def print_confirm(console: Console, attrs: dict[str, Any]) -> None:
+    """The confirm step's table: every candidate's runs, median, spread, conservative value;
+    the winner and its gain over the baseline (an interval, or "no significant gain")."""
+    result = attrs.get(CONFIRM_ATTR)
+    if not isinstance(result, dict):
+        return
+    metric, direction = result.get("metric", "?"), result.get("direction", "maximize")
+    table = Table(
+        title=f"Confirm: {result.get('rounds')} alternating rounds, {metric} ({direction[:3]})",
+        title_justify="left",
+    )
+    for col in ("trial", "runs", "median", "spread", "conservative", "feasible"):
+        table.add_column(col, justify="right" if col != "runs" else "left")
+    base = result.get("baseline")
+    winner = result.get("winner")
+    for number, c in (result.get("candidates") or {}).items():
+        mark = (" w" if str(winner) == number else "") + (" b" if str(base) == number else "")
+        runs = ", ".join("-" if v is None else f"{v:,.4g}" for v in c.get("values") or [])
+
+        def num(key: str, c: dict[str, Any] = c) -> str:
+            value = c.get(key)
+            return "-" if value is None else f"{value:,.4g}"
+
+        feasible = f"{c.get('feasible_rounds', 0)}/{len(c.get('values') or [])}"
+        row = (num("median"), num("spread"), num("conservative"), feasible)
+        table.add_row(f"{number}{mark}", runs, *row)
+    console.print(table)
+    gain = result.get("gain") or {}
+    who = "none" if winner is None else f"trial {winner}"
+    console.print(f"confirmed winner (w): {who}; vs baseline (b): {gain.get('verdict', '?')}")
 
 
 def _ratio(value: float, base: float | None) -> str:
@@ -94,7 +144,7 @@ def trial_table(
         mark = marks.get(t.number, "")
         if t.measured:
             cells = [
-                f"{t.metric('output_throughput'):,.0f}",
+                _with_spread(t, "output_throughput", ",.0f"),
                 _ratio(t.metric("output_throughput"), base_tps),
                 f"{t.metric('p50_ttft_ms'):.1f} / {t.metric('p99_ttft_ms'):.1f}",
                 f"{t.metric('p50_tpot_ms'):.2f} / {t.metric('p99_tpot_ms'):.2f}",
@@ -120,14 +170,18 @@ def print_front(
     front = pareto_front(records, objectives)
     base = baseline(records)
     marks = {t.number: "*" for t in front}
+    winner = confirmed_winner(attrs)
+    w = ", w confirmed winner" if winner is not None else ""
+    if winner is not None:
+        marks[winner] = marks.get(winner, "") + " w"
     if base is not None:
         marks[base.number] = marks.get(base.number, "") + " b"
     if show_all:
         rows = list(records)
-        title = f"Study {study}: all {len(rows)} trials (* Pareto front, b baseline)"
+        title = f"Study {study}: all {len(rows)} trials (* Pareto front, b baseline{w})"
     else:
         rows = front + ([base] if base is not None and base not in front else [])
-        title = f"Study {study}: Pareto front of {len(records)} trials (b baseline)"
+        title = f"Study {study}: Pareto front of {len(records)} trials (b baseline{w})"
     console.print(trial_table(title, rows, base, marks))
     names = ", ".join(f"{m} ({d[:3]})" for m, d in objectives)
     slos = attrs.get("slos") or {}
@@ -135,3 +189,4 @@ def print_front(
     console.print(f"objectives: {names}; SLOs: {slo_text}")
     if not front:
         console.print("[yellow]no measured trial meets every constraint yet[/]")
+    print_confirm(console, attrs)

@@ -10,7 +10,7 @@ import typer
 from autotune.cli._common import cli_errors, console, open_store
 from autotune.cli._render import print_front
 from autotune.export import export_trial
-from autotune.study import PICKS, pick, study_objectives
+from autotune.study import PICKS, confirmed_winner, pick, study_objectives
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
 RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
@@ -32,8 +32,13 @@ def show(
 def export(
     study: Annotated[str, typer.Argument(help="Study name")],
     pick_rule: Annotated[
-        str, typer.Option("--pick", help=f"Rule over the front: {' | '.join(PICKS)}")
-    ] = "max-throughput",
+        str | None,
+        typer.Option(
+            "--pick",
+            help=f"Rule over the front: {' | '.join(PICKS)} (default: the confirmed winner "
+            "if the study has one, else max-throughput)",
+        ),
+    ] = None,
     trial: Annotated[int | None, typer.Option(help="Export this trial instead")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="YAML file to write")] = Path(
         "best.yaml"
@@ -45,8 +50,13 @@ def export(
     with cli_errors():
         store = open_store(study, storage, root)
         attrs = store.study_attrs(study)
-        chosen = pick(store.trials(study), study_objectives(attrs), pick_rule, trial)
-        how = f"trial {trial}" if trial is not None else f"pick {pick_rule}"
+        winner = confirmed_winner(attrs)
+        if trial is None and pick_rule is None and winner is not None:
+            trial, how = winner, "confirmed winner: median minus spread over alternating re-runs"
+        else:
+            rule = pick_rule or "max-throughput"
+            how = f"trial {trial}" if trial is not None else f"pick {rule}"
+        chosen = pick(store.trials(study), study_objectives(attrs), pick_rule or "", trial)
         done = export_trial(study, chosen, attrs, output, how)
         console.print(f"wrote {done.yaml_path} (trial {chosen.number}, {how})")
         if done.env_path is not None:

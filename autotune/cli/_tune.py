@@ -6,6 +6,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -14,14 +15,22 @@ import typer
 
 from autotune.bench import WorkloadError, build_requests
 from autotune.cli._baseline import read_baseline, with_baseline
-from autotune.cli._common import InputError, cli_errors, console, setup_logging
-from autotune.cli._render import event_printer, print_front, print_summary
+from autotune.cli._common import InputError, cli_errors, console, open_store, setup_logging
+from autotune.cli._render import event_printer, print_confirm, print_front, print_summary
 from autotune.devices import DeviceError, DevicePool, device_memory, format_device_list, plan_lanes
-from autotune.engine import LaunchSettings
-from autotune.space import load_space
+from autotune.engine import EngineConfig, LaunchSettings
+from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec, load_spec, parse_objectives, parse_pairs
 from autotune.store import StudyStore, redact
-from autotune.study import SPEC_ATTR, StudyRunner, Workplan, measure
+from autotune.study import (
+    SPEC_ATTR,
+    Confirmer,
+    Judge,
+    Measurement,
+    StudyRunner,
+    Workplan,
+    measure,
+)
 
 # Options of every command that runs trials on this machine's devices.
 ParallelOption = Annotated[
@@ -85,6 +94,25 @@ def tune(
             "(exports included) or a --config YAML"
         ),
     ] = None,
+    repeats: Annotated[
+        int | None,
+        typer.Option(help="Benchmark runs per trial on its engine; objectives are medians"),
+    ] = None,
+    prune: Annotated[
+        bool | None,
+        typer.Option(
+            "--prune/--no-prune",
+            help="Stop a trial early once it is surely infeasible or dominated by the front",
+        ),
+    ] = None,
+    confirm: Annotated[
+        int | None,
+        typer.Option(
+            help="Re-measure the top K front configs and the baseline in alternating rounds "
+            "at the end; pick the winner by median minus spread"
+        ),
+    ] = None,
+    confirm_rounds: Annotated[int | None, typer.Option(help="Rounds of --confirm")] = None,
     spec: Annotated[Path | None, typer.Option(help="tune.yaml holding any of these fields")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -141,7 +169,10 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
         for key in ("study", "model", "space", "workload", "trials", "storage", "root")
         if flags[key] is not None
     }
-    for key in ("sampler", "seed", "served_model_name", "repair", "devices", "warm_start"):
+    for key in (
+        *("sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
+        *("repeats", "prune", "confirm", "confirm_rounds"),
+    ):
         if flags[key] is not None:
             out[key] = flags[key]
     if flags["load"] is not None:
@@ -200,9 +231,21 @@ def _check_model(model: str) -> None:
         raise InputError(f"model path {model} has no config.json{hint}")
 
 
-def run_tune(spec: TuneSpec, join: bool = False) -> None:
-    """Run the study of `spec`, printing progress and, at the end, the Pareto front. `join`:
-    as one of several workers of a study that exists (`autotune worker`)."""
+@dataclass
+class Machinery:
+    """What runs a study's trials on this machine, built once from its spec."""
+
+    space: SearchSpace
+    plan: Workplan
+    settings: LaunchSettings
+    cancel: threading.Event
+    requests_per_run: int
+
+    def measure(self, config: EngineConfig, trial_dir: Path, judge: Judge | None = None) -> Any:
+        return measure(config, trial_dir, self.plan, self.settings, judge=judge)
+
+
+def machinery(spec: TuneSpec) -> Machinery:
     space = load_space(spec.space)
     try:
         warmup, requests = build_requests(spec.workload, spec.model)
@@ -217,11 +260,8 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
         hang_s=spec.engine.hang_timeout_s,
         deadline_s=spec.engine.benchmark_timeout_s,
         capacity=spec.capacity,
+        repeats=spec.repeats,
     )
-    try:
-        pool, lanes = plan_lanes(space.platform, spec.parallel, spec.devices)
-    except DeviceError as exc:
-        raise InputError(str(exc)) from None
     cancel = threading.Event()
     settings = LaunchSettings(
         command=spec.engine.command,
@@ -231,23 +271,35 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
         platform=space.platform,
         cancel=cancel,
     )
+    return Machinery(space, plan, settings, cancel, len(requests))
+
+
+def run_tune(spec: TuneSpec, join: bool = False) -> None:
+    """Run the study of `spec`, printing progress and, at the end, the Pareto front. `join`:
+    as one of several workers of a study that exists (`autotune worker`)."""
+    m = machinery(spec)
+    try:
+        pool, lanes = plan_lanes(m.space.platform, spec.parallel, spec.devices)
+    except DeviceError as exc:
+        raise InputError(str(exc)) from None
     store = StudyStore(spec.storage_url)
     at_once = f", {lanes} at a time on {_ids(pool)}" if pool is not None else ""
     console.print(
-        f"study [bold]{spec.study}[/]: {spec.trials} trials of space {space.name!r} "
+        f"study [bold]{spec.study}[/]: {spec.trials} trials of space {m.space.name!r} "
         f"on {spec.model}{at_once}; store {redact(spec.storage_url)}"
     )
     runner = StudyRunner(
         spec,
-        space,
+        m.space,
         store,
-        lambda config, trial_dir: measure(config, trial_dir, plan, settings),
+        m.measure,
         on_event=event_printer(console),
-        device_memory=lambda: device_memory(space.platform),
+        device_memory=lambda: device_memory(m.space.platform),
         pool=pool,
         lanes=lanes,
-        cancel=cancel,
+        cancel=m.cancel,
         join=join,
+        requests_per_run=m.requests_per_run,
     )
     with _sigterm_as_interrupt():
         result = runner.run()
@@ -255,6 +307,50 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
     print_front(console, spec.study, store.trials(spec.study), store.study_attrs(spec.study))
     if result.interrupted:
         raise KeyboardInterrupt
+    if spec.confirm and not join:
+        run_confirm(spec, m, store, spec.confirm, spec.confirm_rounds)
+
+
+def run_confirm(spec: TuneSpec, m: Machinery, store: StudyStore, top: int, rounds: int) -> None:
+    """The confirm step (see autotune.study._confirm), with progress and its table."""
+    console.print(
+        f"\nconfirm: the top {top} front configs and the baseline, {rounds} alternating rounds"
+    )
+
+    def progress(k: int, number: int, done: int, result: Measurement) -> None:
+        value = "-" if result.summary is None else f"{result.summary.output_throughput:,.0f} tok/s"
+        console.print(f"  round {k + 1}: trial {number} {result.status} {value}")
+
+    confirmer = Confirmer(spec, m.space, store, m.measure, on_run=progress)
+    with _sigterm_as_interrupt():
+        confirmer.run(top, rounds)
+    print_confirm(console, store.study_attrs(spec.study))
+
+
+def confirm(
+    study: Annotated[str, typer.Argument(help="Study name")],
+    top: Annotated[int, typer.Option(help="Front configs to re-measure (plus the baseline)")] = 2,
+    rounds: Annotated[int, typer.Option(help="Alternating rounds")] = 3,
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")] = (
+        None
+    ),
+    root: Annotated[Path, typer.Option(help="Folder for studies")] = Path("studies"),
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Re-measure a study's best configs and its baseline side by side, and pick the winner
+    by median minus spread; report the gain over the baseline as an interval."""
+    setup_logging(verbose)
+    with cli_errors():
+        if top < 1 or rounds < 1:
+            raise InputError("--top and --rounds must be >= 1")
+        store = open_store(study, storage, root)
+        shared = store.study_attrs(study).get(SPEC_ATTR)
+        if not isinstance(shared, dict):
+            raise InputError(f"study {study!r} has no stored spec: it cannot be re-measured")
+        local = {"study": study, "root": root, "storage": storage}
+        spec = load_spec(None, {**shared, **local})
+        _check_model(spec.model)
+        run_confirm(spec, machinery(spec), store, top, rounds)
 
 
 def _ids(pool: DevicePool) -> str:

@@ -30,6 +30,7 @@ REPAIR_OF = "repair_of"  # the OOM trial a repair trial retries
 REQUEUED = "requeued"  # set on a trial queued again after an interruption
 WORKER = "worker"  # who runs the trial: host, pid, devices (see autotune.study._worker)
 SLOT = "slot"  # its place in the trial budget (1..trials)
+SPREAD = "spread"  # metric -> half the range over the trial's repeated runs
 
 STATUS_OK = "ok"
 ROLE_BASELINE = "baseline"
@@ -60,6 +61,13 @@ class TrialRecord(BaseModel):
     repair_of: int | None = None
     slot: int | None = None
     worker: dict[str, Any] = Field(default_factory=dict)
+    spread: dict[str, float] = Field(default_factory=dict)
+
+    def conservative(self, name: str, direction: str) -> float:
+        """The metric made worse by its spread over repeated runs (`median - spread` for a
+        maximized metric, `+` for a minimized one): what the config surely delivers."""
+        value, wobble = self.metric(name), self.spread.get(name, 0.0)
+        return value - wobble if direction == "maximize" else value + wobble
 
     @property
     def measured(self) -> bool:
@@ -97,6 +105,7 @@ class TrialRecord(BaseModel):
             repair_of=attrs.get(REPAIR_OF),
             slot=attrs.get(SLOT),
             worker=attrs.get(WORKER) or {},
+            spread=attrs.get(SPREAD) or {},
         )
 
 

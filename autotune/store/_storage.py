@@ -200,3 +200,9 @@ class StudyStore:
         study = self.load(name)
         with storage_errors(self.url):
             return dict(study.user_attrs)
+
+    def set_study_attr(self, name: str, key: str, value: Any) -> None:
+        """Keep `value` (JSON types) with study `name`, e.g. the confirm step's result."""
+        study = self.load(name)
+        with storage_errors(self.url):
+            study.set_user_attr(key, value)

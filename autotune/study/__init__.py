@@ -1,7 +1,8 @@
 """The Optuna study: objectives, constraints, failure recording, Pareto selection."""
 
+from autotune.study._confirm import CONFIRM_ATTR, Confirmer, confirmed_winner
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
-from autotune.study._measure import Measure, Measurement, Workplan, measure
+from autotune.study._measure import PRUNED, Measure, Measurement, Workplan, measure
 from autotune.study._objectives import (
     ERROR_RATE,
     FAILED,
@@ -12,7 +13,15 @@ from autotune.study._objectives import (
     constraint_values,
     objective_values,
 )
-from autotune.study._runner import SPEC_ATTR, StudyError, StudyResult, StudyRunner, make_sampler
+from autotune.study._prune import Judge, PruneRule, make_judge
+from autotune.study._runner import (
+    SPEC_ATTR,
+    StudyError,
+    StudyResult,
+    StudyRunner,
+    make_sampler,
+    trial_engine_config,
+)
 from autotune.study._select import (
     PICKS,
     SelectionError,
@@ -24,17 +33,22 @@ from autotune.study._select import (
 )
 
 __all__ = [
+    "CONFIRM_ATTR",
     "ERROR_RATE",
     "FAILED",
     "OOM",
     "OOM_STATUSES",
     "PICKS",
+    "PRUNED",
     "SPEC_ATTR",
     "WORST_MAXIMIZE",
     "WORST_MINIMIZE",
+    "Confirmer",
     "Event",
+    "Judge",
     "Measure",
     "Measurement",
+    "PruneRule",
     "SelectionError",
     "StudyError",
     "StudyResult",
@@ -44,12 +58,15 @@ __all__ = [
     "TrialStarted",
     "Workplan",
     "baseline",
+    "confirmed_winner",
     "constraint_values",
     "knee",
+    "make_judge",
     "make_sampler",
     "measure",
     "objective_values",
     "pareto_front",
     "pick",
     "study_objectives",
+    "trial_engine_config",
 ]

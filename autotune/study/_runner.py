@@ -49,10 +49,23 @@ from autotune.space import (
     repair,
 )
 from autotune.spec import TuneSpec
-from autotune.store import StorageError, StudyStore, default_storage_url, storage_errors
+from autotune.store import (
+    StorageError,
+    StudyStore,
+    TrialRecord,
+    default_storage_url,
+    storage_errors,
+)
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
-from autotune.study._measure import MEASUREMENT_FILE, Measure, Measurement, load_measurement
+from autotune.study._measure import (
+    MEASUREMENT_FILE,
+    PRUNED,
+    Measure,
+    Measurement,
+    load_measurement,
+)
 from autotune.study._objectives import constraint_values, objective_values
+from autotune.study._prune import FrontPoint, Judge, PruneRule, make_judge
 from autotune.study._select import pareto_front, study_objectives
 from autotune.study._worker import end_run, is_dead_here, is_here, new_run, worker_attr
 
@@ -82,6 +95,18 @@ class StudyResult:
     exhausted: bool = False
     interrupted: bool = False
     trial_numbers: list[int] = field(default_factory=list)
+    pruned: int = 0  # stopped early (see autotune.study._prune); counted apart from failures
+    pruned_device_s: float = 0.0
+    ok_device_s: list[float] = field(default_factory=list)  # of the fully measured trials
+
+    @property
+    def saved_device_s(self) -> float:
+        """Device seconds early stopping saved, estimated: a pruned trial would have taken
+        as long as the median fully measured trial of this run."""
+        if not self.pruned or not self.ok_device_s:
+            return 0.0
+        full = sorted(self.ok_device_s)[(len(self.ok_device_s) - 1) // 2]
+        return max(0.0, self.pruned * full - self.pruned_device_s)
 
 
 def make_sampler(spec: TuneSpec, offset: int = 0) -> optuna.samplers.BaseSampler:
@@ -110,7 +135,8 @@ class StudyRunner:
     and the recovery of orphaned trials keep them from running more than `trials`, twice the
     same trial, or leaving a dead worker's trial behind. Setting `cancel` stops every lane as
     Ctrl-C does. `join`: this runner joins a study others run (`autotune worker`); its
-    sampler is seeded apart from theirs.
+    sampler is seeded apart from theirs. With the spec's `prune`, a trial's benchmark of
+    `requests_per_run` requests is stopped once it is decided (see `autotune.study._prune`).
     """
 
     def __init__(
@@ -127,6 +153,7 @@ class StudyRunner:
         cancel: threading.Event | None = None,
         poll_s: float = 2.0,
         join: bool = False,
+        requests_per_run: int = 0,
     ) -> None:
         if lanes < 1:
             raise ValueError(f"lanes must be >= 1, not {lanes}")
@@ -144,6 +171,7 @@ class StudyRunner:
         self.cancel = cancel or threading.Event()
         self.poll_s = poll_s
         self.join = join
+        self.requests_per_run = requests_per_run  # measured requests of one run (early stopping)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._skips_left = 0
@@ -252,9 +280,15 @@ class StudyRunner:
                 number, measurement = outcome
                 result.trial_numbers.append(number)
                 result.device_s += measurement.device_s
+                if measurement.status == PRUNED:
+                    result.pruned += 1
+                    result.pruned_device_s += measurement.device_s
+                    continue
                 result.measured += measurement.ok
                 result.failed += not measurement.ok
                 result.failed_device_s += 0.0 if measurement.ok else measurement.device_s
+                if measurement.ok:
+                    result.ok_device_s.append(measurement.device_s)
 
     @staticmethod
     def _any_running(study: optuna.Study, numbers: set[int]) -> bool:
@@ -459,7 +493,11 @@ class StudyRunner:
                 devices = format_device_list(lease.ids)
                 trial.set_user_attr(keys.WORKER, worker_attr(self._run_token, devices, lane))
             self.emit(TrialStarted(trial.number, slot, self.spec.trials, description))
-            measurement = self.measure(config, trial_dir)
+            judge = self._judge(study, trial)
+            if judge is None:
+                measurement = self.measure(config, trial_dir)
+            else:
+                measurement = self.measure(config, trial_dir, judge=judge)
         except KeyboardInterrupt:
             trial.set_user_attr(keys.STATUS, str(FailureKind.INTERRUPTED))
             trial.set_user_attr(keys.TRIAL_DIR, str(trial_dir))
@@ -487,6 +525,25 @@ class StudyRunner:
         if measurement.status == FailureKind.OOM and self.spec.repair and self.learn_failures:
             self._enqueue_repair(study, trial)
         return trial.number, measurement
+
+    def _judge(self, study: optuna.Study, trial: Trial) -> Judge | None:
+        """Early stopping for this trial (with `prune`): against the front as it is now.
+        Never for the baseline (what users run today is measured in full) nor a capacity
+        search (its levels are its own search)."""
+        spec = self.spec
+        if not spec.prune or spec.capacity is not None or self.requests_per_run <= 0:
+            return None
+        if trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
+            return None
+        objectives = [(o.metric, o.direction) for o in spec.objectives]
+        records = [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]
+        front = [
+            FrontPoint(t.number, tuple(t.metric(m) for m, _ in objectives))
+            for t in pareto_front(records, objectives)
+        ]
+        rule = PruneRule(margin=spec.prune_margin)
+        total = self.requests_per_run
+        return make_judge(rule, objectives, front, spec.slos, spec.max_error_rate, total)
 
     def _slot_twin(self, study: optuna.Study, trial: Trial) -> int | None:
         """Another running trial of the same config that holds a slot (checked after claiming,
@@ -559,20 +616,12 @@ class StudyRunner:
     def _engine_config(self, params: dict[str, Any], lease: Lease | None = None) -> EngineConfig:
         """The engine config of `params`; with a lease, shown only the leased devices (on CPU:
         its workers bound to the leased cores, whatever binding the space chose)."""
-        options, env = self.space.to_engine(params)
-        options.update(self.spec.engine.options)
-        env.update(self.spec.engine.env)
-        cores = self.spec.engine.cores
-        if lease is not None:
-            env.update(lease.env)
-            if self.pool is not None and self.pool.platform == "cpu":
-                cores = lease.env["VLLM_CPU_OMP_THREADS_BIND"]
-        return EngineConfig(
-            model=_model_ref(self.spec.model),
-            served_model_name=self.spec.api_model_name,
-            args=options,
-            env=resolve_env(env, cores),
-        )
+        if lease is None:
+            return trial_engine_config(self.spec, self.space, params)
+        cores = None
+        if self.pool is not None and self.pool.platform == "cpu":
+            cores = lease.env["VLLM_CPU_OMP_THREADS_BIND"]
+        return trial_engine_config(self.spec, self.space, params, lease.env, cores)
 
     def _skip_reason(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> bool:
         """Record, at no device cost, a proposal that must not be launched."""
@@ -680,9 +729,11 @@ class StudyRunner:
         trial.set_user_attr(keys.TRIAL_DIR, str(trial_dir))
         if m.summary is not None:
             trial.set_user_attr(keys.METRICS, _flat_metrics(m))
+        if m.spread:
+            trial.set_user_attr(keys.SPREAD, m.spread)
         if m.log_tail:
             trial.set_user_attr(keys.LOG_TAIL, m.log_tail[-4000:])
-        if not m.ok and not self.learn_failures:
+        if m.summary is None and not self.learn_failures:
             study.tell(trial, state=TrialState.FAIL)  # the naive way: samplers ignore it
             return
         constraints = constraint_values(
@@ -691,6 +742,28 @@ class StudyRunner:
         for name, value in constraints.items():
             trial.set_constraint(name, value)
         study.tell(trial, objective_values(self.spec.objectives, m.summary))
+
+
+def trial_engine_config(
+    spec: TuneSpec,
+    space: SearchSpace,
+    params: dict[str, Any],
+    extra_env: dict[str, str] | None = None,
+    cores: str | None = None,
+) -> EngineConfig:
+    """The engine config of a point of the space: the space's options and variables, the
+    spec's fixed ones over them, then `extra_env` (a lease's devices); `{cores}` is `cores`
+    (default: the spec's, else every usable core)."""
+    options, env = space.to_engine(params)
+    options.update(spec.engine.options)
+    env.update(spec.engine.env)
+    env.update(extra_env or {})
+    return EngineConfig(
+        model=_model_ref(spec.model),
+        served_model_name=spec.api_model_name,
+        args=options,
+        env=resolve_env(env, cores or spec.engine.cores),
+    )
 
 
 def _jsonable(value: dict[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,10 @@ def pick(
     how: str = "max-throughput",
     number: int | None = None,
 ) -> TrialRecord:
-    """The trial to export: by number, or by a rule over the feasible Pareto front."""
+    """The trial to export: by number, or by a rule over the feasible Pareto front.
+
+    Rules compare conservative values: a metric made worse by its spread over the trial's
+    repeated runs (the metric itself for a single run), so a lucky run does not win."""
     if number is not None:
         return _by_number(trials, number)
     front = pareto_front(trials, objectives)
@@ -67,12 +70,13 @@ def pick(
             "no measured trial meets every constraint (SLOs, error rate); "
             "use --trial N to export a specific trial"
         )
+    how = how or "max-throughput"
     if how == "max-throughput":
-        return max(front, key=lambda t: t.metric("output_throughput"))
+        return max(front, key=lambda t: t.conservative("output_throughput", "maximize"))
     if how == "min-ttft":
-        return min(front, key=lambda t: t.metric("p99_ttft_ms"))
+        return min(front, key=lambda t: t.conservative("p99_ttft_ms", "minimize"))
     if how == "min-tpot":
-        return min(front, key=lambda t: t.metric("p99_tpot_ms"))
+        return min(front, key=lambda t: t.conservative("p99_tpot_ms", "minimize"))
     if how == "knee":
         return knee(front, objectives)
     raise SelectionError(f"unknown pick {how!r}; choose one of: {', '.join(PICKS)}")

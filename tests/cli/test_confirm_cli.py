@@ -1,0 +1,95 @@
+"""`--repeats`, `--prune` and the confirm step from the command line, on the fake engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune.store import StudyStore
+
+TuneArgv = Callable[..., list[str | Path]]
+ONE_OBJECTIVE = ("--objective", "output_throughput:max")
+
+
+def store_of(tmp_path: Path, study: str) -> StudyStore:
+    return StudyStore(f"sqlite:///{tmp_path / 'studies' / study / 'study.db'}", create=False)
+
+
+def test_confirm_twice_on_a_stable_engine_picks_the_same_winner(
+    tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object], monkeypatch
+) -> None:
+    monkeypatch.setenv("FAKE_ENGINE_STEP_S", "0.01")  # simulated steps, not overhead, set time
+    serve = tmp_path / "serve.sh"
+    serve.write_text("vllm serve MODEL --max-num-seqs 4\n")  # a slow baseline, far from the rest
+    argv = tune_argv(
+        "c", "--trials", "3", "--seed", "1", *ONE_OBJECTIVE, "--baseline", serve,
+        "--workload", "random:input=32,output=16,prompts=24,warmup=1", "--rate", "1000",
+        "--confirm", "1", "--confirm-rounds", "2",
+    )  # fmt: skip
+    result = cli(*argv)
+    out = result.output  # type: ignore[attr-defined]
+    assert result.exit_code == 0, out  # type: ignore[attr-defined]
+    assert "Confirm: 2 alternating rounds" in out and "confirmed winner (w): trial" in out
+    first = store_of(tmp_path, "c").study_attrs("c")["confirm"]
+    assert first["baseline"] == 0 and len(first["candidates"]) == 2
+    assert first["winner"] not in (None, 0)
+    assert first["order"] == [[first["order"][0][0], 0], [0, first["order"][0][0]]]
+    assert "gain +" in first["gain"]["verdict"] or "no significant" in first["gain"]["verdict"]
+
+    root = tmp_path / "studies"
+    again = cli("confirm", "c", "--top", "1", "--rounds", "2", "--root", root)
+    assert again.exit_code == 0, again.output  # type: ignore[attr-defined]
+    second = store_of(tmp_path, "c").study_attrs("c")["confirm"]
+    assert second["winner"] == first["winner"]
+    assert second["started"] >= first["started"]
+    assert json.loads((root / "c" / "confirm.json").read_text())["winner"] == first["winner"]
+    folders = sorted((root / "c" / "confirm").iterdir())
+    assert len(folders) >= 1 and all((f / "round-1").is_dir() for f in folders)
+
+    shown = cli("show", "c", "--root", root)
+    assert f"{first['winner']} w" in shown.output  # type: ignore[attr-defined]
+    exported = cli("export", "c", "--root", root, "-o", tmp_path / "best.yaml")
+    assert exported.exit_code == 0, exported.output  # type: ignore[attr-defined]
+    assert f"(trial {first['winner']}, confirmed winner" in exported.output  # type: ignore[attr-defined]
+
+
+def test_repeats_keep_a_spread_that_show_prints(
+    tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object]
+) -> None:
+    result = cli(*tune_argv("r", "--trials", "1", "--repeats", "2"))
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    (trial,) = store_of(tmp_path, "r").trials("r")
+    assert trial.engine["repeats"] == 2 and "output_throughput" in trial.spread
+    assert len(list(Path(trial.trial_dir or "").glob("runs/run-*.jsonl"))) == 2
+    shown = cli("show", "r", "--root", tmp_path / "studies")
+    assert " ±" in shown.output  # type: ignore[attr-defined]
+
+
+def test_pruned_trials_are_reported_with_the_time_they_saved(
+    tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object], monkeypatch
+) -> None:
+    monkeypatch.setenv("FAKE_ENGINE_STEP_S", "0.01")
+    argv = tune_argv(
+        "p", "--trials", "5", "--seed", "3", "--prune", "--slo", "p99_ttft_ms=1",
+        "--workload", "random:input=32,output=16,prompts=24,warmup=1",
+    )  # fmt: skip
+    result = cli(*argv)
+    out = result.output  # type: ignore[attr-defined]
+    assert result.exit_code == 0, out
+    trials = store_of(tmp_path, "p").trials("p")
+    pruned = [t for t in trials if t.status == "pruned"]
+    # A 1 ms TTFT bound breaks at once: every trial but the baseline stops early.
+    assert len(pruned) == 4 and trials[0].status == "ok"
+    assert all("p99_ttft_ms SLO already broken" in t.reason for t in pruned)
+    assert all(t.metrics["completed"] < 24 for t in pruned)
+    assert "4 pruned early, about" in out and "device-seconds saved" in out
+
+
+def test_a_study_without_a_stored_spec_cannot_be_confirmed(
+    tmp_path: Path, cli: Callable[..., object]
+) -> None:
+    result = cli("confirm", "nope", "--root", tmp_path)
+    assert result.exit_code != 0
+    (line,) = result.output.strip().splitlines()  # type: ignore[attr-defined]
+    assert line.startswith("error:")
