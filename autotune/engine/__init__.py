@@ -28,6 +28,7 @@ from autotune.engine._failures import (
 )
 from autotune.engine._launcher import (
     DEFAULT_COMMAND,
+    DEFAULT_OFFLINE_COMMAND,
     EngineError,
     LaunchSettings,
     RunningEngine,
@@ -39,6 +40,13 @@ from autotune.engine._launcher import (
     reap_stale_engine,
     resolve_env,
     terminate_group,
+)
+from autotune.engine._offline import (
+    OfflineResult,
+    PeakMemory,
+    build_offline_command,
+    run_offline,
+    server_only_options,
 )
 from autotune.engine._options import (
     cli_flag,
@@ -59,6 +67,7 @@ from autotune.engine._serve_import import (
 __all__ = [
     "CUDAGRAPH_MODE_SINCE",
     "DEFAULT_COMMAND",
+    "DEFAULT_OFFLINE_COMMAND",
     "FATAL_OVERLAP",
     "PATTERNS",
     "TORCHAIR_REMOVED_IN",
@@ -68,12 +77,15 @@ __all__ = [
     "Failure",
     "FailureKind",
     "LaunchSettings",
+    "OfflineResult",
+    "PeakMemory",
     "RunningEngine",
     "ServeCommand",
     "ServeImportError",
     "TeardownError",
     "ascend_option_problems",
     "build_command",
+    "build_offline_command",
     "classify_exit",
     "classify_log",
     "cli_flag",
@@ -96,6 +108,8 @@ __all__ = [
     "read_serve_file",
     "reap_stale_engine",
     "resolve_env",
+    "run_offline",
+    "server_only_options",
     "suggest_option",
     "terminate_group",
     "to_argv",

@@ -48,6 +48,8 @@ from autotune.engine._ports import free_port, wait_port_free
 logger = logging.getLogger(__name__)
 
 DEFAULT_COMMAND = "{python} -m vllm.entrypoints.openai.api_server"
+# The offline (batch) trial's child program; `--config`, `--prompts` and `--out` are appended.
+DEFAULT_OFFLINE_COMMAND = "{python} -m autotune.engine._offline_main"
 _PLACEHOLDERS = ("{config}", "{port}", "{host}")
 
 
@@ -69,6 +71,8 @@ class LaunchSettings:
     """How engines are started on this host."""
 
     command: str = DEFAULT_COMMAND
+    # What runs an offline trial (`vllm.LLM` in a batch): `command` starts servers only.
+    offline_command: str = DEFAULT_OFFLINE_COMMAND
     host: str = "127.0.0.1"
     startup_timeout_s: float = 600.0
     stop_timeout_s: float = 20.0
@@ -299,8 +303,14 @@ class _Spawned:
 
 @contextmanager
 def _spawn(
-    argv: list[str], env: dict[str, str], log_path: Path, settings: LaunchSettings, port: int
+    argv: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    settings: LaunchSettings,
+    port: int | None = None,
 ) -> Iterator[_Spawned]:
+    """Start `argv` under the group leader, log to `log_path`, and tear the tree down on exit
+    (`port`: the server's, checked to be free again afterwards; None for an offline run)."""
     logger.info("starting engine: %s", shlex.join(argv))
     with open(log_path, "ab") as log:
         log.write(f"$ {shlex.join(argv)}\n".encode())
@@ -323,7 +333,7 @@ def _spawn(
         remove_leaked_shm(spawned.shared)
         pid_file.unlink(missing_ok=True)  # kept when teardown failed: a resume reaps the group
         _wait_released(settings, [p.pid for p in tree])
-        if not wait_port_free(port, settings.host, timeout_s=5):
+        if port is not None and not wait_port_free(port, settings.host, timeout_s=5):
             logger.warning("port %d is still bound after the engine's teardown", port)
 
 
