@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from autotune.bench import METRIC_NAMES, CapacitySearch, LoadProfile, Workload, parse_workload
-from autotune.engine import DEFAULT_COMMAND, normalize_option
+from autotune.engine import DEFAULT_COMMAND, DEFAULT_OFFLINE_COMMAND, normalize_option
 from autotune.store import default_storage_url
 
 Direction = Literal["maximize", "minimize"]
@@ -31,6 +31,10 @@ DEFAULT_OBJECTIVES: tuple[tuple[str, Direction], ...] = (
     ("p99_tpot_ms", "minimize"),
 )
 
+
+# Offline (one `vllm.LLM.generate` batch): tokens per second; add `peak_memory_gib:min` to
+# trade speed against memory.
+OFFLINE_OBJECTIVES: tuple[tuple[str, Direction], ...] = (("output_throughput", "maximize"),)
 
 # With a capacity search: the load a config sustains, and the latencies at that load.
 CAPACITY_OBJECTIVES: tuple[tuple[str, Direction], ...] = (
@@ -66,6 +70,11 @@ class EngineSpec(BaseModel):
         description="Server command; `{python}` is the tuner's interpreter; `--config`, "
         "`--host` and `--port` are appended unless `{config}`/`{host}`/`{port}` appear",
     )
+    offline_command: str = Field(
+        default=DEFAULT_OFFLINE_COMMAND,
+        description="The offline scenario's batch program; `--config`, `--prompts` and `--out` "
+        "are appended unless `{config}`/`{prompts}`/`{out}` appear",
+    )
     options: dict[str, Any] = Field(
         default_factory=dict, description="vLLM options fixed for every trial (win over space)"
     )
@@ -93,6 +102,11 @@ class TuneSpec(BaseModel):
     study: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Study name")
     model: str = Field(description="Model path (or hub name where a hub is reachable)")
     served_model_name: str | None = None
+    scenario: Literal["online", "offline"] = Field(
+        default="online",
+        description="online: a vLLM server under load; offline: the workload as one "
+        "`vllm.LLM(...).generate` batch",
+    )
     space: str = Field(default="cpu", description="Search-space file or shipped name")
     workload: Workload = Field(default_factory=lambda: parse_workload("random"))
     load: LoadProfile = Field(default_factory=lambda: LoadProfile(rate=8.0))
@@ -165,8 +179,23 @@ class TuneSpec(BaseModel):
         return parse_workload(value) if isinstance(value, str | dict) else value
 
     @model_validator(mode="after")
+    def _offline(self) -> TuneSpec:
+        if self.scenario != "offline":
+            return self
+        for name, value in (("--load capacity", self.capacity), ("--prune", self.prune)):
+            if value:
+                raise ValueError(f"{name} applies to online trials, not to an offline batch")
+        if self.repeats > 1:
+            raise ValueError("--repeats applies to online trials: an offline trial is one batch")
+        if [(o.metric, o.direction) for o in self.objectives] == list(DEFAULT_OBJECTIVES):
+            self.objectives = [Objective(metric=m, direction=d) for m, d in OFFLINE_OBJECTIVES]
+        return self
+
+    @model_validator(mode="after")
     def _capacity_needs_slos(self) -> TuneSpec:
         names = {o.metric for o in self.objectives} | set(self.slos)
+        if "peak_memory_gib" in names and self.scenario != "offline":
+            raise ValueError("peak_memory_gib is measured only in the offline scenario")
         if self.capacity is None:
             if "capacity_rps" in names:
                 raise ValueError("capacity_rps is measured only with a capacity search")

@@ -15,6 +15,7 @@ THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "g
 METRIC_NAMES: tuple[str, ...] = (
     *THROUGHPUTS,
     "capacity_rps",
+    "peak_memory_gib",
     "errors",
     "error_rate",
     *(f"{stat}_{latency}_ms" for latency in LATENCIES for stat in STATS),
@@ -58,6 +59,8 @@ class Summary(BaseModel):
     e2e_ms: Stats
     # Set by a capacity search (`find_capacity`): the highest rate at which the SLOs held.
     capacity_rps: float | None = None
+    # Set by an offline trial: the engine's peak memory (see docs/metrics.md), GiB.
+    peak_memory_gib: float | None = None
 
     def metric(self, name: str) -> float:
         """A metric by its flat name (see METRIC_NAMES), e.g. `p99_ttft_ms`."""
@@ -67,6 +70,8 @@ class Summary(BaseModel):
             return float(self.errors)
         if name == "capacity_rps":
             return float(self.capacity_rps or 0.0)  # 0 when not searched (never NaN)
+        if name == "peak_memory_gib":
+            return math.nan if self.peak_memory_gib is None else float(self.peak_memory_gib)
         if name == "error_rate":
             total = self.completed + self.errors
             return self.errors / total if total else 0.0
@@ -178,6 +183,7 @@ def median_summary(summaries: Sequence[Summary]) -> Summary:
         for latency in LATENCIES
     }
     capacities = [s.capacity_rps for s in summaries if s.capacity_rps is not None]
+    peaks = [s.peak_memory_gib for s in summaries if s.peak_memory_gib is not None]
     fields: dict[str, object] = {
         "completed": round(med([s.completed for s in summaries])),
         "errors": round(med([s.errors for s in summaries])),
@@ -185,6 +191,7 @@ def median_summary(summaries: Sequence[Summary]) -> Summary:
         **{name: med([getattr(s, name) for s in summaries]) for name in THROUGHPUTS},
         **stats,
         "capacity_rps": med(capacities) if capacities else None,
+        "peak_memory_gib": max(peaks) if peaks else None,  # the highest: memory must fit
     }
     return Summary.model_validate(fields)
 

@@ -47,9 +47,10 @@ def _finished(console: Console, event: TrialFinished) -> None:
     else:
         s = m.summary
         capacity = "" if s.capacity_rps is None else f"capacity {s.capacity_rps:.2f} req/s, "
+        peak = "" if s.peak_memory_gib is None else f"peak {s.peak_memory_gib:.2f} GiB, "
         console.print(
             f"  trial {event.number} [green]ok[/]: {capacity}"
-            f"{s.output_throughput:,.0f} output tok/s, "
+            f"{s.output_throughput:,.0f} output tok/s, {peak}"
             f"p99 TTFT {s.ttft_ms.p99:.1f} ms, p99 TPOT {s.tpot_ms.p99:.2f} ms, "
             f"{s.errors} errors (start-up {m.engine.get('startup_s', 0):.0f} s, "
             f"trial {m.device_s:.0f} s)"
@@ -136,6 +137,9 @@ def trial_table(
     capacity = any("capacity_rps" in t.metrics for t in rows)  # a capacity-search study
     if capacity:
         table.add_column("capacity req/s", justify="right", no_wrap=True)
+    peak = any("peak_memory_gib" in t.metrics for t in rows)  # an offline study
+    if peak:
+        table.add_column("peak GiB", justify="right", no_wrap=True)
     for col in ("out tok/s", "vs base", "TTFT p50/p99 ms", "TPOT p50/p99 ms"):
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("status", overflow="fold")
@@ -151,6 +155,8 @@ def trial_table(
             ]
         else:
             cells = ["-", "", "-", "-"]
+        if peak:
+            cells.insert(0, f"{t.metric('peak_memory_gib'):.2f}" if t.measured else "-")
         if capacity:
             cells.insert(0, f"{t.metric('capacity_rps'):.2f}" if t.measured else "-")
         status = t.status if t.feasible or not t.measured else "ok (misses SLO)"

@@ -52,6 +52,13 @@ def tune(
     ] = None,
     rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight (cap)")] = None,
+    scenario: Annotated[
+        str | None,
+        typer.Option(
+            help="online: a server under load (default); offline: one vllm.LLM batch, "
+            "maximize tokens/s"
+        ),
+    ] = None,
     load: Annotated[
         str | None,
         typer.Option(
@@ -171,7 +178,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     }
     for key in (
         *("sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
-        *("repeats", "prune", "confirm", "confirm_rounds"),
+        *("repeats", "prune", "confirm", "confirm_rounds", "scenario"),
     ):
         if flags[key] is not None:
             out[key] = flags[key]
@@ -261,10 +268,12 @@ def machinery(spec: TuneSpec) -> Machinery:
         deadline_s=spec.engine.benchmark_timeout_s,
         capacity=spec.capacity,
         repeats=spec.repeats,
+        scenario=spec.scenario,
     )
     cancel = threading.Event()
     settings = LaunchSettings(
         command=spec.engine.command,
+        offline_command=spec.engine.offline_command,
         startup_timeout_s=spec.engine.startup_timeout_s,
         cache_dir=spec.root / ".cache",
         cores=spec.engine.cores,

@@ -42,6 +42,7 @@ from autotune.engine import (
     LaunchSettings,
     TeardownError,
     launch,
+    run_offline,
 )
 from autotune.study._objectives import constraint_values
 from autotune.study._prune import Judge
@@ -62,6 +63,7 @@ class Workplan:
     deadline_s: float | None = 1800.0
     capacity: CapacitySearch | None = None  # search the highest rate within the SLOs
     repeats: int = 1  # benchmark runs per trial on its one engine; objectives are their medians
+    scenario: str = "online"  # offline: the requests as one `vllm.LLM.generate` batch
 
 
 @dataclass
@@ -107,6 +109,8 @@ def measure(
 
     `judge` stops the benchmark as soon as the requests so far decide the trial: it is then
     recorded as `pruned`, with the metrics of the requests it finished."""
+    if plan.scenario == "offline":
+        return measure_offline(config, trial_dir, plan, settings, clock)
     started = clock()
     result = Measurement(status="ok")
     try:
@@ -166,6 +170,50 @@ def measure(
     result.device_s = round(clock() - started, 2)
     save_measurement(trial_dir, result)
     return result
+
+
+def measure_offline(
+    config: EngineConfig,
+    trial_dir: Path,
+    plan: Workplan,
+    settings: LaunchSettings,
+    clock: Callable[[], float] = time.monotonic,
+) -> Measurement:
+    """The offline scenario: `plan.requests` as one batch of `vllm.LLM(...).generate` in an
+    isolated process tree (see `run_offline`); the same failure kinds as a server trial."""
+    started = clock()
+    result = Measurement(status="ok")
+    try:
+        batch = run_offline(config, settings, trial_dir, plan.requests, plan.deadline_s, clock)
+    except EngineError as exc:
+        _fail(result, exc.failure)
+        if exc.startup_s is not None:
+            result.engine["startup_s"] = round(exc.startup_s, 2)
+    except TeardownError as exc:
+        logger.error("%s", exc)
+        result.teardown_error = str(exc)
+    else:
+        _write_records(trial_dir, batch.records)
+        result.engine = {
+            "startup_s": round(batch.startup_s, 2),
+            "generate_s": round(batch.generate_s, 3),
+            "peak_memory_bytes": batch.peak_memory_bytes,
+            **batch.facts.model_dump(),
+        }
+        result.summary = _with_peak(summarize(batch.records, plan.slos), result.engine)
+        if result.summary.completed == 0:
+            first = next((r.error for r in batch.records if r.error), None)
+            _fail(result, Failure(FailureKind.BENCHMARK_ERROR, first or "no request completed"))
+    result.device_s = round(clock() - started, 2)
+    save_measurement(trial_dir, result)
+    return result
+
+
+def _with_peak(summary: Summary, engine: Mapping[str, Any]) -> Summary:
+    peak = engine.get("peak_memory_bytes")
+    if not isinstance(peak, int | float):
+        return summary
+    return summary.model_copy(update={"peak_memory_gib": round(peak / 2**30, 3)})
 
 
 CAPACITY_FILE = "capacity.json"
@@ -295,6 +343,7 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
             return None
         if isinstance(m.engine.get("capacity"), dict):
             m.summary = _with_capacity(m.summary, m.engine["capacity"])
+        m.summary = _with_peak(m.summary, m.engine)
     return m
 
 

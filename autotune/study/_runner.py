@@ -313,6 +313,7 @@ class StudyRunner:
             "slos": spec.slos,
             "max_error_rate": spec.max_error_rate,
             "capacity": spec.capacity.model_dump() if spec.capacity else None,
+            "scenario": spec.scenario,
         }
 
     def _baseline_params(self) -> dict[str, Any]:
@@ -334,7 +335,6 @@ class StudyRunner:
             **self._experiment(),
             "served_model_name": spec.api_model_name,
             "platform": self.space.platform,
-            "scenario": "online",
             "objectives": [o.model_dump() for o in spec.objectives],
             "host": describe_host(),
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -774,10 +774,12 @@ def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
 
 def _flat_metrics(m: Measurement) -> dict[str, float]:
     assert m.summary is not None
-    searched = m.summary.capacity_rps is not None
-    out = {
-        name: m.summary.metric(name) for name in METRIC_NAMES if name != "capacity_rps" or searched
+    unset = {
+        name
+        for name in ("capacity_rps", "peak_memory_gib")
+        if getattr(m.summary, name) is None  # not searched, not measured
     }
+    out = {name: m.summary.metric(name) for name in METRIC_NAMES if name not in unset}
     out["completed"] = float(m.summary.completed)
     out["duration_s"] = m.summary.duration_s
     return {k: (v if v == v and abs(v) != float("inf") else -1.0) for k, v in out.items()}

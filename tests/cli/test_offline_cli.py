@@ -1,0 +1,93 @@
+"""`autotune tune --scenario offline` with a fake batch child: the study records tokens/s,
+peak memory and start-up per trial, learns from an OOM, and refuses what does not apply."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.spec import OFFLINE_OBJECTIVES, SpecError, load_spec
+from autotune.store import StudyStore
+
+FAKE_OFFLINE = Path(__file__).resolve().parents[1] / "fake_offline.py"
+TuneArgv = Callable[..., list[str | Path]]
+
+
+def offline_spec(tmp_path: Path) -> Path:
+    spec = tmp_path / "offline.yaml"
+    command = "{python} " + shlex.quote(str(FAKE_OFFLINE))
+    spec.write_text(yaml.safe_dump({"engine": {"offline_command": command}}))
+    return spec
+
+
+def test_an_offline_study_scores_batches_by_tokens_per_second(
+    tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object], monkeypatch
+) -> None:
+    monkeypatch.setenv("FAKE_OFFLINE_RSS_MB", "64")
+    argv = tune_argv(
+        "off", "--scenario", "offline", "--trials", "3", "--spec", offline_spec(tmp_path),
+        "--objective", "output_throughput:max", "--objective", "peak_memory_gib:min",
+    )  # fmt: skip
+    result = cli(*argv)
+    out = result.output  # type: ignore[attr-defined]
+    assert result.exit_code == 0, out
+    store = StudyStore(f"sqlite:///{tmp_path / 'studies' / 'off' / 'study.db'}", create=False)
+    attrs = store.study_attrs("off")
+    assert attrs["scenario"] == "offline"
+    trials = [t for t in store.trials("off") if t.device_s is not None]
+    assert len(trials) == 3
+    for t in trials:
+        assert t.status == "ok", t.reason
+        assert t.metrics["output_throughput"] > 0 and t.metrics["request_throughput"] > 0
+        assert t.metrics["total_throughput"] > t.metrics["output_throughput"]
+        assert t.metrics["peak_memory_gib"] > 64 / 1024  # the fake child held 64 MiB
+        assert t.engine["startup_s"] > 0 and t.engine["generate_s"] > 0
+        assert t.values == [t.metrics["output_throughput"], t.metrics["peak_memory_gib"]]
+        folder = Path(t.trial_dir or "")
+        assert (folder / "prompts.jsonl").is_file() and (folder / "requests.jsonl").is_file()
+        assert json.loads((folder / "measurement.json").read_text())["status"] == "ok"
+    assert "peak GiB" in out
+
+
+def test_an_offline_oom_is_recorded_as_the_servers_is(
+    tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object], monkeypatch
+) -> None:
+    monkeypatch.setenv("FAKE_OFFLINE_FAIL", "oom")
+    argv = tune_argv("oom", "--scenario", "offline", "--trials", "1",
+                     "--spec", offline_spec(tmp_path))  # fmt: skip
+    result = cli(*argv)
+    # The baseline itself failed: the study stops and says why, the trial is kept.
+    assert result.exit_code != 0
+    assert "the baseline trial (vLLM defaults) failed: oom" in result.output  # type: ignore[attr-defined]
+    store = StudyStore(f"sqlite:///{tmp_path / 'studies' / 'oom' / 'study.db'}", create=False)
+    (trial,) = store.trials("oom")
+    assert trial.status == "oom" and trial.constraints["oom"] == 1.0
+    assert "can't allocate memory" in trial.reason
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"capacity": {}, "slos": {"p99_ttft_ms": 1}}, "--load capacity applies to online"),
+        ({"repeats": 2}, "--repeats applies to online trials"),
+        ({"prune": True}, "--prune applies to online trials"),
+    ],
+)
+def test_what_an_offline_batch_cannot_do_is_one_error(fields: dict, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        load_spec(None, {"study": "s", "model": "m", "scenario": "offline", **fields})
+
+
+def test_offline_defaults_to_tokens_per_second_and_memory_is_offline_only() -> None:
+    spec = load_spec(None, {"study": "s", "model": "m", "scenario": "offline"})
+    assert [(o.metric, o.direction) for o in spec.objectives] == list(OFFLINE_OBJECTIVES)
+    with pytest.raises(SpecError, match="peak_memory_gib is measured only in the offline"):
+        load_spec(None, {"study": "s", "model": "m",
+                         "objectives": [{"metric": "peak_memory_gib", "direction": "minimize"}]})  # fmt: skip
+    with pytest.raises(SpecError, match="scenario"):
+        load_spec(None, {"study": "s", "model": "m", "scenario": "batch"})
