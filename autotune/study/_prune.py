@@ -9,7 +9,11 @@ Two verdicts, checked while the benchmark runs (the load client's guard asks eve
   rate that is already over the limit.
 - *Dominated with margin*: after `min_fraction` of the requests (and at least
   `min_requests`), the running metrics are dominated by a feasible trial of the front even
-  when they are made `margin` better on every objective.
+  when they are made `margin` better on every objective. Like is compared with like: the
+  front trial's metrics are recomputed from its own records of the same requests (every
+  trial sends the same requests on the same schedule), because a partial run's metrics are
+  biased (its throughput window still holds the ramp-up). A front trial whose records are not
+  on this machine is not used.
 
 A stopped trial is recorded with status `pruned` and its partial metrics; it is never on the
 front (only fully measured trials are), and it saves the rest of its benchmark's device time.
@@ -43,10 +47,10 @@ class PruneRule:
 
 @dataclass(frozen=True)
 class FrontPoint:
-    """A feasible trial of the front: its number and its objective values, in order."""
+    """A feasible trial of the front: its number and its measured requests."""
 
     number: int
-    values: tuple[float, ...]
+    records: tuple[RequestRecord, ...]
 
 
 def make_judge(
@@ -109,25 +113,37 @@ def _dominated(
     slos: Mapping[str, float],
     total: int,
 ) -> str | None:
-    summary = summarize(records, slos)
-    running = [summary.metric(metric) for metric, _ in objectives]
-    if not all(math.isfinite(v) for v in running):
+    running = _values(records, objectives, slos)
+    if running is None:
         return None
     helped = [
         v * (1 + margin) if d == "maximize" else v / (1 + margin)
         for v, (_, d) in zip(running, objectives, strict=True)
     ]
+    indices = {r.index for r in records}
     for point in front:
-        if _weakly_dominates(point.values, helped, objectives):
+        same = [r for r in point.records if r.index in indices]
+        theirs = _values(same, objectives, slos) if len(same) == len(indices) else None
+        if theirs is not None and _weakly_dominates(theirs, helped, objectives):
             shown = ", ".join(
                 f"{m} {v:.4g} vs {f:.4g}"
-                for (m, _), v, f in zip(objectives, running, point.values, strict=True)
+                for (m, _), v, f in zip(objectives, running, theirs, strict=True)
             )
             return (
-                f"dominated by trial {point.number} with a {margin:.0%} margin after "
+                f"dominated by trial {point.number} with a {margin:.0%} margin on the same "
                 f"{len(records)} of {total} requests ({shown})"
             )
     return None
+
+
+def _values(
+    records: Sequence[RequestRecord],
+    objectives: Sequence[tuple[str, str]],
+    slos: Mapping[str, float],
+) -> list[float] | None:
+    summary = summarize(records, slos)
+    values = [summary.metric(metric) for metric, _ in objectives]
+    return values if all(math.isfinite(v) for v in values) else None
 
 
 def _weakly_dominates(

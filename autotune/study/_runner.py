@@ -27,7 +27,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from autotune import store as keys
-from autotune.bench import METRIC_NAMES
+from autotune.bench import METRIC_NAMES, RequestRecord, read_records
 from autotune.devices import DeviceMemory, DevicePool, Lease, format_device_list
 from autotune.engine import (
     EngineConfig,
@@ -538,7 +538,7 @@ class StudyRunner:
         objectives = [(o.metric, o.direction) for o in spec.objectives]
         records = [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]
         front = [
-            FrontPoint(t.number, tuple(t.metric(m) for m, _ in objectives))
+            FrontPoint(t.number, tuple(_local_records(t)))
             for t in pareto_front(records, objectives)
         ]
         rule = PruneRule(margin=spec.prune_margin)
@@ -783,6 +783,16 @@ def _flat_metrics(m: Measurement) -> dict[str, float]:
     out["completed"] = float(m.summary.completed)
     out["duration_s"] = m.summary.duration_s
     return {k: (v if v == v and abs(v) != float("inf") else -1.0) for k, v in out.items()}
+
+
+def _local_records(trial: TrialRecord) -> list[RequestRecord]:
+    """A measured trial's request records, where its folder is on this machine (else none)."""
+    if not trial.trial_dir:
+        return []
+    try:
+        return read_records(Path(trial.trial_dir) / "requests.jsonl")
+    except (OSError, ValueError):
+        return []
 
 
 def _local_model(config: EngineConfig) -> Path | None:

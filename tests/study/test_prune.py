@@ -9,8 +9,10 @@ from autotune.study._prune import FrontPoint
 OBJECTIVES = [("output_throughput", "maximize"), ("p99_ttft_ms", "minimize")]
 
 
-def request(i: int, ttft_s: float, error: str | None = None, tokens: int = 10) -> RequestRecord:
-    send = float(i)
+def request(
+    i: int, ttft_s: float, error: str | None = None, tokens: int = 10, gap_s: float = 1.0
+) -> RequestRecord:
+    send = i * gap_s
     times = tuple(send + ttft_s + 0.01 * k for k in range(tokens))
     return RequestRecord(i, send, times[0], times, times[-1], 5, tokens, error)
 
@@ -41,30 +43,51 @@ def test_the_error_rate_is_over_its_limit_for_good() -> None:
     assert "error rate already over" in str(judge(failed))
 
 
+LATENCIES = [("p99_ttft_ms", "minimize"), ("p99_e2e_ms", "minimize")]
+
+
 def test_dominated_with_margin_after_enough_requests() -> None:
-    fast = [FrontPoint(3, (1e6, 1.0))]  # far better than anything below
-    judge = make_judge(PruneRule(margin=0.1, min_requests=4), OBJECTIVES, fast, {}, 1.0, 16)
+    fast = [FrontPoint(3, tuple(request(i, 0.01) for i in range(16)))]
+    judge = make_judge(PruneRule(margin=0.1, min_requests=4), LATENCIES, fast, {}, 1.0, 16)
     slow = [request(i, 0.3) for i in range(4)]
     assert judge(slow[:3]) is None  # too few requests to judge
     reason = judge(slow)
     assert reason is not None and "dominated by trial 3 with a 10% margin" in reason
+    assert "on the same 4 of 16 requests" in reason
 
 
 def test_within_the_margin_is_not_dominated() -> None:
     records = [request(i, 0.3) for i in range(8)]
+    near = FrontPoint(1, tuple(request(i, 0.29) for i in range(16)))  # about 3% better
+    judge = make_judge(PruneRule(margin=0.1, min_requests=4), LATENCIES, [near], {}, 1.0, 16)
+    assert judge(records) is None
+    far = FrontPoint(2, tuple(request(i, 0.2) for i in range(16)))  # a third better
+    judge = make_judge(PruneRule(margin=0.1, min_requests=4), LATENCIES, [far], {}, 1.0, 16)
+    assert judge(records) is not None
+
+
+def test_a_partial_run_is_compared_with_the_same_requests_of_the_front() -> None:
+    """A partial run's throughput window still holds the ramp-up, so it is lower than the
+    whole run's: compared with the front's final values, the front trial itself would be
+    "dominated" after 16 of its 64 requests. On the same requests, it is not."""
+    run = [request(i, 0.3, gap_s=0.02) for i in range(64)]  # arrivals faster than latency
+    front = [FrontPoint(5, tuple(run))]
+    judge = make_judge(PruneRule(margin=0.1), OBJECTIVES, front, {}, 1.0, 64)
     from autotune.bench import summarize
 
-    s = summarize(records)
-    near = FrontPoint(1, (s.output_throughput * 1.05, s.ttft_ms.p99 / 1.05))  # 5% better
-    judge = make_judge(PruneRule(margin=0.1, min_requests=4), OBJECTIVES, [near], {}, 1.0, 16)
-    assert judge(records) is None
-    far = FrontPoint(2, (s.output_throughput * 1.2, s.ttft_ms.p99 / 1.2))  # 20% better
-    judge = make_judge(PruneRule(margin=0.1, min_requests=4), OBJECTIVES, [far], {}, 1.0, 16)
-    assert judge(records) is not None
+    partial, whole = summarize(run[:16]), summarize(run)
+    assert partial.output_throughput * 1.1 < whole.output_throughput  # the bias
+    assert judge(run[:16]) is None
+
+
+def test_a_front_trial_without_these_requests_on_this_machine_is_not_used() -> None:
+    remote = [FrontPoint(3, ())]  # its folder is on another worker's machine
+    judge = make_judge(PruneRule(min_requests=4), LATENCIES, remote, {}, 1.0, 16)
+    assert judge([request(i, 5.0) for i in range(8)]) is None
 
 
 def test_a_capacity_objective_is_never_judged_by_dominance() -> None:
     objectives = [("capacity_rps", "maximize"), ("p99_ttft_ms", "minimize")]
-    front = [FrontPoint(1, (1e6, 1.0))]
+    front = [FrontPoint(1, tuple(request(i, 0.001) for i in range(4)))]
     judge = make_judge(PruneRule(min_requests=1), objectives, front, {}, 1.0, 4)
     assert judge([request(0, 5.0), request(1, 5.0)]) is None
