@@ -10,7 +10,10 @@ by side; the samplers see different values once a trial is pruned, so the two st
 propose different configs after it.
 
     python benchmarks/early_stopping.py --model models/tiny [--trials 12] [--compare]
-        [--repeats 1] [--json out.json]
+        [--repeats 1] [--workload W] [--rate R] [--json out.json]
+
+Pruning shortens only the benchmark, never the engine's start-up: the shorter the workload
+against the start-up, the less it can save.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ RATE = "24"
 SLOS = ("p99_ttft_ms=600", "p99_tpot_ms=60")
 
 
-def run_study(model: str, workdir: Path, name: str, trials: int, prune: bool) -> dict[str, Any]:
+def run_study(
+    model: str, workdir: Path, name: str, trials: int, prune: bool, workload: str, rate: str
+) -> dict[str, Any]:
     root = workdir / name
     argv = [
         sys.executable, "-m", "autotune", "tune", "--study", name, "--model", model,
-        "--space", "cpu-quick", "--workload", WORKLOAD, "--rate", RATE,
+        "--space", "cpu-quick", "--workload", workload, "--rate", rate,
         *(x for slo in SLOS for x in ("--slo", slo)),
         "--trials", str(trials), "--root", str(root), "--seed", "7",
         "--prune" if prune else "--no-prune",
@@ -82,6 +87,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--compare", action="store_true", help="Also run without --prune")
+    parser.add_argument("--workload", default=WORKLOAD, help="A longer one saves more")
+    parser.add_argument("--rate", default=RATE)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     model = str(Path(args.model).resolve())
@@ -92,15 +99,15 @@ def main() -> None:
             order = [True, False] if repeat % 2 == 0 else [False, True]
             for prune in order if args.compare else [True]:
                 name = f"r{repeat}-{'prune' if prune else 'full'}"
-                run = run_study(model, workdir, name, args.trials, prune)
+                run = run_study(model, workdir, name, args.trials, prune, args.workload, args.rate)
                 runs.append(run)
                 print(json.dumps(run), flush=True)
     with_prune = [r for r in runs if r["prune"]]
     without = [r for r in runs if not r["prune"]]
     summary: dict[str, Any] = {
         "trials": args.trials,
-        "workload": WORKLOAD,
-        "rate": RATE,
+        "workload": args.workload,
+        "rate": args.rate,
         "slos": SLOS,
         "median_estimated_saved_s": statistics.median(r["estimated_saved_s"] for r in with_prune),
         "median_device_s_prune": statistics.median(r["device_s"] for r in with_prune),

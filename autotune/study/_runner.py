@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import statistics
 import threading
 import uuid
 from collections.abc import Callable
@@ -105,7 +106,7 @@ class StudyResult:
         as long as the median fully measured trial of this run."""
         if not self.pruned or not self.ok_device_s:
             return 0.0
-        full = sorted(self.ok_device_s)[(len(self.ok_device_s) - 1) // 2]
+        full = statistics.median(self.ok_device_s)
         return max(0.0, self.pruned * full - self.pruned_device_s)
 
 

@@ -9,13 +9,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
-from support import FAKE_ENGINE, fake_settings, processes_mentioning
+from support import FAKE_ENGINE, fake_settings
 
 from autotune.engine import (
     EngineConfig,
@@ -33,6 +32,8 @@ from autotune.engine import (
 )
 from autotune.engine._launcher import _ranges, engine_env, engine_tmpdir
 
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny-served", args={"max_num_seqs": 4})
 settings = fake_settings
 
@@ -42,16 +43,6 @@ def is_dead(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    """Every test ends with no process that was started from its folder."""
-    yield
-    survivors = processes_mentioning(str(tmp_path))
-    for proc in survivors:  # keep later tests clean even when this one failed
-        proc.kill()
-    assert survivors == []
 
 
 def test_launch_ready_and_torn_down(tmp_path: Path) -> None:

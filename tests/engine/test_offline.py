@@ -7,7 +7,6 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +28,8 @@ from autotune.engine import (
 )
 from autotune.engine._offline_main import read_engine_options
 
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
 FAKE_OFFLINE = Path(__file__).resolve().parents[1] / "fake_offline.py"
 CONFIG = EngineConfig(model="tiny", args={"max_num_seqs": 4, "enforce_eager": True})
 PROMPTS = [RequestSpec(prompt=[1, 2, 3, 4], max_tokens=8), RequestSpec("some text", 16)] * 3
@@ -45,16 +46,6 @@ def settings(tmp_path: Path, env: dict[str, str] | None = None, **kwargs: Any) -
     }
     values.update(kwargs)
     return LaunchSettings(**values)
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    """Every test ends with no process that was started from its folder."""
-    yield
-    survivors = processes_mentioning(str(tmp_path))
-    for proc in survivors:  # keep later tests clean even when this one failed
-        proc.kill()
-    assert survivors == []
 
 
 def test_success_is_parsed_into_records(tmp_path: Path) -> None:
