@@ -248,11 +248,14 @@ class Machinery:
     cancel: threading.Event
     requests_per_run: int
 
-    def measure(self, config: EngineConfig, trial_dir: Path, judge: Judge | None = None) -> Any:
+    def measure(
+        self, config: EngineConfig, trial_dir: Path, judge: Judge | None = None
+    ) -> Measurement:
         return measure(config, trial_dir, self.plan, self.settings, judge=judge)
 
 
 def machinery(spec: TuneSpec) -> Machinery:
+    """The space, the workload plan and the launch settings of `spec` on this machine."""
     space = load_space(spec.space)
     try:
         warmup, requests = build_requests(spec.workload, spec.model)
