@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,9 @@ import yaml
 from autotune.engine import env_file_text
 from autotune.host import hardware_line, serve_command
 from autotune.store import TrialRecord
+from autotune.study import confirmed_winner, pick, study_objectives
+
+CONFIRMED = "confirmed winner: median minus spread over alternating re-runs"
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,34 @@ class Exported:
     yaml_path: Path
     env_path: Path | None
     command: str
+
+
+@dataclass(frozen=True)
+class ExportText:
+    """What an export writes: the YAML text, the env file's text (None without one), and the
+    command that serves it."""
+
+    yaml: str
+    env: str | None
+    command: str
+
+
+def choose_export(
+    records: Sequence[TrialRecord],
+    attrs: dict[str, Any],
+    rule: str | None = None,
+    number: int | None = None,
+) -> tuple[TrialRecord, str]:
+    """The trial `export` writes and how it was chosen: trial `number`, else the pick `rule`,
+    else the confirmed winner when the study has one, else max-throughput. Raises
+    SelectionError when nothing fits."""
+    winner = confirmed_winner(attrs)
+    if number is None and rule is None and winner is not None:
+        number, how = winner, CONFIRMED
+    else:
+        how = f"trial {number}" if number is not None else f"pick {rule or 'max-throughput'}"
+    chosen = pick(records, study_objectives(attrs), rule or "", number)
+    return chosen, how
 
 
 def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str) -> list[str]:
@@ -49,19 +81,31 @@ def _compact(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def export_trial(
-    study: str, trial: TrialRecord, attrs: dict[str, Any], out: Path, how: str
-) -> Exported:
-    """Write `out` (YAML) and, when the trial set environment variables, `out.env` beside it."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    env_path = out.with_suffix(".env") if trial.env else None
-    command = serve_command(str(out))
+def render_export(
+    study: str, trial: TrialRecord, attrs: dict[str, Any], yaml_path: str, how: str
+) -> ExportText:
+    """The export of `trial` as it is written to `yaml_path` (the path is named in the serve
+    command): the one rendering `export` and the dashboard's download share."""
+    env_path = Path(yaml_path).with_suffix(".env") if trial.env else None
+    command = serve_command(yaml_path)
     if env_path is not None:
         command = f"set -a; . {env_path}; set +a; {command}"
     lines = [*header_lines(study, trial, attrs, how), f"serve: {command}"]
     header = "".join(f"# {line}\n" for line in lines)
     body = yaml.safe_dump(trial.config, sort_keys=False, default_flow_style=False)
-    out.write_text(header + body)
-    if env_path is not None:
-        env_path.write_text(env_file_text(trial.env))
-    return Exported(out, env_path, command)
+    env = env_file_text(trial.env) if env_path is not None else None
+    return ExportText(header + body, env, command)
+
+
+def export_trial(
+    study: str, trial: TrialRecord, attrs: dict[str, Any], out: Path, how: str
+) -> Exported:
+    """Write `out` (YAML) and, when the trial set environment variables, `out.env` beside it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = render_export(study, trial, attrs, str(out), how)
+    out.write_text(text.yaml)
+    env_path = None
+    if text.env is not None:
+        env_path = out.with_suffix(".env")
+        env_path.write_text(text.env)
+    return Exported(out, env_path, text.command)

