@@ -20,6 +20,7 @@ from autotune.cli._common import (
 )
 from autotune.cli._tune import check_model, machinery, sigterm_as_interrupt
 from autotune.engine import installed_vllm_version
+from autotune.export import choose_export
 from autotune.spec import TuneSpec, load_spec
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import (
@@ -27,11 +28,8 @@ from autotune.study import (
     SUMMARY_FILE,
     ProfileError,
     ProfilePlan,
-    confirmed_winner,
-    pick,
     profile_config,
     profile_dir,
-    study_objectives,
     trial_engine_config,
 )
 
@@ -111,11 +109,8 @@ def _chosen_trial(store: StudyStore, study: str, trial: int | None) -> int:
     if the study has one, else the max-throughput pick from the feasible Pareto front."""
     if trial is not None:
         return trial
-    attrs = store.study_attrs(study)
-    winner = confirmed_winner(attrs)
-    if winner is not None:
-        return winner
-    return pick(store.trials(study), study_objectives(attrs), "max-throughput").number
+    chosen, _ = choose_export(store.trials(study), store.study_attrs(study))
+    return chosen.number
 
 
 def _trial_record(records: list[TrialRecord], study: str, number: int) -> TrialRecord:
