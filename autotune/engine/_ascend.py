@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
 from packaging.version import InvalidVersion, Version  # an optuna dependency
+
+from autotune.host import installed_version
 
 # The wheel is `vllm_ascend`, the project `vllm-ascend`; metadata lookups differ by Python.
 ASCEND_DISTRIBUTIONS = ("vllm-ascend", "vllm_ascend")
@@ -49,12 +50,7 @@ Problem = tuple[str, str]  # (dotted option path, message)
 
 def installed_ascend_version() -> str | None:
     """The installed vllm-ascend version string; None when vllm-ascend is not installed."""
-    for name in ASCEND_DISTRIBUTIONS:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+    return installed_version(*ASCEND_DISTRIBUTIONS)
 
 
 def parse_ascend_version(text: str | None) -> Version | None:

@@ -16,13 +16,13 @@ without importing vLLM.
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version  # an optuna dependency
 
 from autotune.engine._config import EngineConfig
+from autotune.host import installed_version
 
 Mechanism = Literal["profiler-config", "env"]
 
@@ -36,12 +36,7 @@ ENV_WITH_STACK = "VLLM_TORCH_PROFILER_WITH_STACK"
 
 def installed_vllm_version() -> str | None:
     """The installed vLLM version string (`0.32.0`); None when vLLM is not installed."""
-    for name in VLLM_DISTRIBUTIONS:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+    return installed_version(*VLLM_DISTRIBUTIONS)
 
 
 def profiling_mechanism(version: str | None) -> Mechanism:
