@@ -12,7 +12,7 @@ import yaml
 from autotune.engine import env_file_text
 from autotune.host import hardware_line, serve_command
 from autotune.store import TrialRecord
-from autotune.study import confirmed_winner, pick, study_objectives
+from autotune.study import CONFIRM_ATTR, confirmed_winner, pick, study_objectives
 
 CONFIRMED = "confirmed winner: median minus spread over alternating re-runs"
 
@@ -68,11 +68,30 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
         f", TPOT p50/p99 {m('p50_tpot_ms'):.2f}/{m('p99_tpot_ms'):.2f} ms"
         if trial.measured
         else f"not measured: {trial.status} {trial.reason}".rstrip(),
+        _confirmed_line(trial, attrs),
         f"workload: {_compact(attrs.get('workload'))}; load: {_compact(attrs.get('load'))}",
         f"SLOs: {_compact(attrs.get('slos')) or 'none'}",
         f"vLLM: {vllm or 'unknown'}; host: {hardware_line(host)}",
     ]
     return [line for line in lines if line]
+
+
+def _confirmed_line(trial: TrialRecord, attrs: dict[str, Any]) -> str:
+    """What the confirm step re-measured for this trial, and its verdict if it won."""
+    confirm = attrs.get(CONFIRM_ATTR)
+    if not isinstance(confirm, dict) or "finished" not in confirm:
+        return ""
+    mine = (confirm.get("candidates") or {}).get(str(trial.number))
+    if not isinstance(mine, dict) or mine.get("median") is None:
+        return ""
+    metric, rounds = confirm.get("metric", "?"), confirm.get("rounds", "?")
+    line = (
+        f"confirmed: {metric} median {mine['median']:,.4g} ±{mine.get('spread') or 0:,.3g} "
+        f"over {rounds} alternating rounds"
+    )
+    if confirm.get("winner") == trial.number:
+        line += f"; vs baseline: {(confirm.get('gain') or {}).get('verdict', '?')}"
+    return line
 
 
 def _compact(value: Any) -> str:

@@ -52,6 +52,11 @@ def test_confirm_twice_on_a_stable_engine_picks_the_same_winner(
     exported = cli("export", "c", "--root", root, "-o", tmp_path / "best.yaml")
     assert exported.exit_code == 0, exported.output  # type: ignore[attr-defined]
     assert f"(trial {first['winner']}, confirmed winner" in exported.output  # type: ignore[attr-defined]
+    header = (tmp_path / "best.yaml").read_text()
+    assert (
+        "# confirmed: output_throughput median" in header and "over 2 alternating rounds" in header
+    )
+    assert f"vs baseline: {second['gain']['verdict']}" in header
 
 
 def test_repeats_keep_a_spread_that_show_prints(
