@@ -91,3 +91,24 @@ def test_a_capacity_objective_is_never_judged_by_dominance() -> None:
     front = [FrontPoint(1, tuple(request(i, 0.001) for i in range(4)))]
     judge = make_judge(PruneRule(min_requests=1), objectives, front, {}, 1.0, 4)
     assert judge([request(0, 5.0), request(1, 5.0)]) is None
+
+
+def test_dominance_is_judged_once_per_tenth_of_the_requests(monkeypatch) -> None:
+    """The judge runs in the client's event loop: it must not summarize at every look."""
+    from autotune.study import _prune
+
+    calls = {"n": 0}
+    real = _prune.summarize
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_prune, "summarize", counting)
+    front = [FrontPoint(1, tuple(request(i, 0.3) for i in range(100)))]
+    judge = make_judge(PruneRule(margin=0.1), LATENCIES, front, {}, 1.0, 100)
+    records = [request(i, 0.3) for i in range(100)]
+    for k in range(1, 101):
+        for _ in range(5):  # the guard looks several times between two finished requests
+            assert judge(records[:k]) is None
+    assert calls["n"] <= 2 * 10  # ours and the front's, at most once per tenth
