@@ -69,8 +69,8 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
         if trial.measured
         else f"not measured: {trial.status} {trial.reason}".rstrip(),
         _confirmed_line(trial, attrs),
-        f"workload: {_compact(attrs.get('workload'))}; load: {_compact(attrs.get('load'))}",
-        f"SLOs: {_compact(attrs.get('slos')) or 'none'}",
+        f"workload: {compact(attrs.get('workload'))}; load: {compact(attrs.get('load'))}",
+        f"SLOs: {compact(attrs.get('slos')) or 'none'}",
         f"vLLM: {vllm or 'unknown'}; host: {hardware_line(host)}",
     ]
     return [line for line in lines if line]
@@ -94,9 +94,10 @@ def _confirmed_line(trial: TrialRecord, attrs: dict[str, Any]) -> str:
     return line
 
 
-def _compact(value: Any) -> str:
+def compact(value: Any, sep: str = ",") -> str:
+    """A stored setting (workload, load, SLOs) on one line: `k=v` pairs, None values left out."""
     if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items() if v is not None)
+        return sep.join(f"{k}={v}" for k, v in value.items() if v is not None)
     return "" if value is None else str(value)
 
 

@@ -29,7 +29,7 @@ from autotune.dashboard._labels import (
     metric_label,
     outcome,
 )
-from autotune.export import choose_export, render_export
+from autotune.export import choose_export, compact, render_export
 from autotune.host import hardware_line
 from autotune.store import StudyStore, TrialRecord, redact, storage_errors, study_records
 from autotune.study import CONFIRM_ATTR, SelectionError, baseline, pareto_front, study_objectives
@@ -152,12 +152,6 @@ def finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [finite(v) for v in value]
     return value
-
-
-def compact(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items() if v is not None)
-    return "" if value is None else str(value)
 
 
 def read_study(
@@ -339,8 +333,8 @@ def study_view(catalog: Catalog, name: str) -> StudyView:
         storage=redact(store.url),
         objectives=[Objective(metric=m, direction=d, label=metric_label(m)) for m, d in objectives],
         slos=slos,
-        workload=compact(attrs.get("workload")),
-        load=compact(attrs.get("load")),
+        workload=compact(attrs.get("workload"), ", "),
+        load=compact(attrs.get("load"), ", "),
         trials=[trial_row(t, columns, front) for t in records],
         front=sorted(front),
         baseline=base_number,
