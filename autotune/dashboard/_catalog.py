@@ -65,7 +65,7 @@ class Catalog:
             urls = [own, *(u for u in urls if u != own)]
         for url in urls:
             store = self._store(url)
-            if name in {i.name for i in store.studies()}:
+            if store.has(name):
                 return store
         raise UnknownStudy(name, [i.name for i in self.studies()])
 

@@ -169,12 +169,22 @@ class StudyStore:
             )
         return study, created
 
-    def load(self, name: str) -> optuna.Study:
+    def has(self, name: str) -> bool:
+        """Whether study `name` is here (one indexed lookup, not a listing of every study)."""
         with storage_errors(self.url):
-            names = [s.study_name for s in self.storage.get_all_studies()]
-            if name not in names:
-                known = ", ".join(sorted(names)) or "none"
-                raise StorageError(f"no study named {name!r} in {redact(self.url)} (has: {known})")
+            try:
+                self.storage.get_study_id_from_name(name)
+            except KeyError:
+                return False
+            return True
+
+    def load(self, name: str) -> optuna.Study:
+        if not self.has(name):
+            with storage_errors(self.url):
+                names = [s.study_name for s in self.storage.get_all_studies()]
+            known = ", ".join(sorted(names)) or "none"
+            raise StorageError(f"no study named {name!r} in {redact(self.url)} (has: {known})")
+        with storage_errors(self.url):
             return optuna.load_study(study_name=name, storage=self.storage)
 
     def studies(self) -> list[StudyInfo]:
