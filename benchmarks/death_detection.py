@@ -25,9 +25,9 @@ from typing import Any
 import httpx
 import psutil
 
+from autotune import layout
 from autotune.bench import LoadProfile, build_requests, parse_workload
 from autotune.engine import EngineConfig, LaunchSettings
-from autotune.engine._launcher import PID_FILE
 from autotune.study import Workplan, measure
 
 WORKLOAD = "random:input=128,output=64,prompts=256,warmup=0"
@@ -64,13 +64,13 @@ def kill_mid_benchmark(
         "latency_s": None if noticed is None else round(noticed - killed["at_unix"], 3),
         "killed_pid": killed["pid"],
         "survivors": [p.pid for p in psutil.process_iter() if _mentions(p, str(trial))],
-        "pid_file_left": (trial / PID_FILE).exists(),
+        "pid_file_left": (trial / layout.ENGINE_PID).exists(),
         "shm_left": sorted(_shm() - shm_before),
     }
 
 
 def _kill_when_loaded(trial: Path, victim: str, after_s: float, out: dict[str, Any]) -> None:
-    pid_file, log = trial / PID_FILE, trial / "engine.log"
+    pid_file, log = trial / layout.ENGINE_PID, trial / "engine.log"
     deadline = time.monotonic() + 600
     while not pid_file.exists() and time.monotonic() < deadline:
         time.sleep(0.1)

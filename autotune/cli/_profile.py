@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from autotune import layout
 from autotune.cli._common import (
     InputError,
     cli_errors,
@@ -25,11 +26,9 @@ from autotune.spec import TuneSpec, load_spec
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import (
     SPEC_ATTR,
-    SUMMARY_FILE,
     ProfileError,
     ProfilePlan,
     profile_config,
-    profile_dir,
     trial_engine_config,
 )
 
@@ -72,7 +71,7 @@ def profile(
             deadline_s=spec.engine.benchmark_timeout_s,
         )
         config = trial_engine_config(spec, m.space, record.params)
-        folder = profile_dir(spec.study_dir, number)
+        folder = layout.profile_dir(spec.study_dir, number)
         version = installed_vllm_version()
         console.print(
             f"profiling trial {number} of study [bold]{study}[/] ({record.description}): "
@@ -88,7 +87,9 @@ def profile(
             err_console.print("interrupted: the engine was torn down; no profile was written")
             raise typer.Exit(130) from None
         print_profile(console, summary)
-        console.print(f"wrote {folder / SUMMARY_FILE} and the trace {folder / summary['trace']}")
+        console.print(
+            f"wrote {folder / layout.PROFILE_SUMMARY} and the trace {folder / summary['trace']}"
+        )
 
 
 def _stored_spec(

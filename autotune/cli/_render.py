@@ -8,10 +8,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from autotune.status import TrialStatus
 from autotune.store import TrialRecord, study_records
 from autotune.study import (
     CONFIRM_ATTR,
-    PRUNED,
     Event,
     StudyResult,
     TrialFinished,
@@ -40,7 +40,7 @@ def event_printer(console: Console) -> Callable[[Event], None]:
 
 def _finished(console: Console, event: TrialFinished) -> None:
     m = event.measurement
-    if m.status == PRUNED:
+    if m.status == TrialStatus.PRUNED:
         console.print(f"  trial {event.number} [yellow]pruned[/]: {m.reason} ({m.device_s:.0f} s)")
     elif m.summary is None:
         console.print(f"  trial {event.number} [red]{m.status}[/]: {m.reason} ({m.device_s:.0f} s)")

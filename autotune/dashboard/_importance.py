@@ -9,7 +9,8 @@ import warnings
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.store import METRICS, STATUS, STATUS_OK
+from autotune.status import TrialStatus
+from autotune.store import METRICS, STATUS
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def param_importance(
 
     def target(t: FrozenTrial) -> float:
         value = (t.user_attrs.get(METRICS) or {}).get(metric)
-        if t.user_attrs.get(STATUS) != STATUS_OK or not isinstance(value, int | float):
+        if t.user_attrs.get(STATUS) != TrialStatus.OK or not isinstance(value, int | float):
             return math.nan  # left out: the evaluator keeps finite targets only
         return sign * float(value)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from autotune.store import STATUS_OK, TrialRecord
+from autotune.status import TrialStatus
+from autotune.store import TrialRecord
 
 _NAMES = {
     "output_throughput": "output tok/s",
@@ -36,15 +37,15 @@ RUNNING, QUEUED, OK, MISSES_SLO, PRUNED, FAILED, SKIPPED, UNUSED = (
 
 # Marker colours of the parameter map, by status group (failure kinds as the engine names them).
 GROUP_COLOURS = {
-    "ok": "#2ca02c",
+    TrialStatus.OK: "#2ca02c",
     "ok, misses SLO": "#98df8a",
-    "pruned": "#bcbd22",
-    "oom": "#d62728",
-    "predicted_oom": "#ff9896",
-    "kv_capacity": "#e377c2",
+    TrialStatus.PRUNED: "#bcbd22",
+    TrialStatus.OOM: "#d62728",
+    TrialStatus.PREDICTED_OOM: "#ff9896",
+    TrialStatus.KV_CAPACITY: "#e377c2",
     "timeout": "#ff7f0e",
-    "crash": "#8c564b",
-    "invalid_config": "#9467bd",
+    TrialStatus.CRASH: "#8c564b",
+    TrialStatus.INVALID_CONFIG: "#9467bd",
     "running": "#1f77b4",
 }
 OTHER_COLOUR = "#7f7f7f"
@@ -68,11 +69,11 @@ def outcome(t: TrialRecord) -> str:
         return RUNNING
     if t.state == "waiting":
         return QUEUED
-    if t.status == "unused":
+    if t.status == TrialStatus.UNUSED:
         return UNUSED
-    if t.status == PRUNED:
+    if t.status == TrialStatus.PRUNED:
         return PRUNED
-    if t.status == STATUS_OK:
+    if t.status == TrialStatus.OK:
         return OK if t.feasible else MISSES_SLO
     if t.device_s is None and t.state == "complete":
         return SKIPPED
@@ -94,6 +95,6 @@ def status_group(t: TrialRecord) -> str:
         return "ok, misses SLO"
     if kind in (RUNNING, QUEUED):
         return "running"
-    if t.status in ("startup_timeout", "hang"):
+    if t.status in (TrialStatus.STARTUP_TIMEOUT, TrialStatus.HANG):
         return "timeout"
     return t.status or kind

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
+from autotune import layout
 from autotune.bench import read_records
 from autotune.dashboard import _charts as charts
 from autotune.dashboard._catalog import Catalog
@@ -35,7 +36,6 @@ OTHER_METRICS = (
     "error_rate",
     "duration_s",
 )
-PROFILE_SUMMARY = "summary.json"
 
 
 class UnknownTrial(LookupError):
@@ -166,7 +166,7 @@ def latency_rows(t: TrialRecord) -> list[LatencyRow]:
 def engine_log(t: TrialRecord) -> tuple[str, str]:
     """The end of the trial's engine.log, else the tail stored with the trial."""
     if t.trial_dir:
-        path = Path(t.trial_dir) / "engine.log"
+        path = Path(t.trial_dir) / layout.ENGINE_LOG
         try:
             with path.open("rb") as log:
                 size = log.seek(0, 2)
@@ -187,7 +187,7 @@ def latency_figures(t: TrialRecord) -> tuple[dict[str, Any], str]:
     """TTFT and TPOT histograms from the trial's requests.jsonl, or why there are none."""
     if not t.trial_dir:
         return {}, "the trial has no folder"
-    path = Path(t.trial_dir) / "requests.jsonl"
+    path = Path(t.trial_dir) / layout.REQUESTS
     try:
         records = [r for r in read_records(path) if r.ok]
     except FileNotFoundError:
@@ -205,18 +205,18 @@ def latency_figures(t: TrialRecord) -> tuple[dict[str, Any], str]:
 
 def profile_dir(catalog: Catalog, name: str, t: TrialRecord) -> Path | None:
     """`ROOT/STUDY/profiles/trial-NNNN`, or the same beside the trial's own folder."""
-    leaf = Path("profiles") / f"trial-{t.number:04d}"
+    leaf = Path(layout.PROFILES_DIR) / layout.trial_name(t.number)
     candidates = [catalog.study_dir(name) / leaf]
     if t.trial_dir:
         candidates.append(Path(t.trial_dir).parent / leaf)
-    return next((c for c in candidates if (c / PROFILE_SUMMARY).is_file()), None)
+    return next((c for c in candidates if (c / layout.PROFILE_SUMMARY).is_file()), None)
 
 
 def read_profile(folder: Path | None) -> Profile | None:
     if folder is None:
         return None
     try:
-        data = json.loads((folder / PROFILE_SUMMARY).read_text())
+        data = json.loads((folder / layout.PROFILE_SUMMARY).read_text())
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         ops = [
@@ -231,7 +231,7 @@ def read_profile(folder: Path | None) -> Profile | None:
         phases = data.get("phases")
         phases = {k: float(v) for k, v in phases.items()} if isinstance(phases, dict) else None
     except (OSError, ValueError, TypeError, AttributeError) as exc:
-        return Profile(note=f"{folder / PROFILE_SUMMARY} is unreadable: {exc}")
+        return Profile(note=f"{folder / layout.PROFILE_SUMMARY} is unreadable: {exc}")
     trace = data.get("trace")
     ok = isinstance(trace, str) and profile_file(folder, trace) is not None
     note = "" if ok or not trace else f"trace file {trace!r} is not in {folder}"

@@ -24,23 +24,9 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import dataclass
-from enum import Enum, StrEnum
+from enum import Enum
 
-
-class FailureKind(StrEnum):
-    """Why a trial produced no measurement. Each kind is a trial status in the store."""
-
-    OOM = "oom"  # the engine ran out of device (or host) memory
-    KV_CAPACITY = "kv_capacity"  # the KV cache cannot hold one request of max_model_len
-    STARTUP_TIMEOUT = "startup_timeout"  # not ready before the start-up deadline
-    CRASH = "crash"  # the engine died (during start-up or the benchmark) for another reason
-    HANG = "hang"  # the engine is alive but streams no tokens, or the benchmark overran
-    INVALID_CONFIG = "invalid_config"  # vLLM (or a pre-launch rule) rejected the options
-    PREDICTED_OOM = "predicted_oom"  # skipped: needs at least the memory of a known OOM
-    BENCHMARK_ERROR = "benchmark_error"
-    PORT_IN_USE = "port_in_use"
-    INTERRUPTED = "interrupted"
-    ENVIRONMENT = "environment"
+from autotune.status import TrialStatus
 
 
 class Role(Enum):
@@ -53,7 +39,7 @@ class Role(Enum):
 
 @dataclass(frozen=True)
 class Pattern:
-    kind: FailureKind
+    kind: TrialStatus
     regex: re.Pattern[str]
     role: Role = Role.CAUSE
     # True: vLLM writes this line only when a process of the engine is going down, so the
@@ -64,7 +50,7 @@ class Pattern:
 
 
 def _p(
-    kind: FailureKind,
+    kind: TrialStatus,
     regex: str,
     role: Role = Role.CAUSE,
     *,
@@ -75,7 +61,7 @@ def _p(
 
 
 _CAUSE, _DEATH, _SHUTDOWN = Role.CAUSE, Role.DEATH, Role.SHUTDOWN
-_K = FailureKind
+_K = TrialStatus
 
 # Order matters among causes: the first matching cause names the kind (a KV-capacity message
 # wins over the OOM words around it; an OOM wins over the EZ9999 an NPU prints next to it).
@@ -202,12 +188,12 @@ _SIGNAL_HINTS = {
 
 @dataclass(frozen=True)
 class Failure:
-    kind: FailureKind
+    kind: TrialStatus
     reason: str
     log_tail: str = ""
 
 
-def classify_log(log_text: str, default: FailureKind = FailureKind.CRASH) -> Failure:
+def classify_log(log_text: str, default: TrialStatus = TrialStatus.CRASH) -> Failure:
     """Name the kind of a failed engine from its log, with the log line that shows why.
 
     A cause line wins (table order, last match as reason). Otherwise a death line makes it a
@@ -219,7 +205,7 @@ def classify_log(log_text: str, default: FailureKind = FailureKind.CRASH) -> Fai
     return _classify(log_text, default)[0]
 
 
-def classify_exit(returncode: int | None, log_text: str, default: FailureKind) -> Failure:
+def classify_exit(returncode: int | None, log_text: str, default: TrialStatus) -> Failure:
     """Classify an engine that exited with `returncode` (None: still running).
 
     The log first: a cause line names the kind (vLLM's API server exits with status 0 even
@@ -259,10 +245,10 @@ def fatal_failure(log_text: str) -> Failure | None:
     """
     if not any(needle in log_text and regex.search(log_text) for needle, regex in _FATAL):
         return None
-    return classify_log(log_text, FailureKind.CRASH)
+    return classify_log(log_text, TrialStatus.CRASH)
 
 
-def _classify(log_text: str, default: FailureKind) -> tuple[Failure, Role | None]:
+def _classify(log_text: str, default: TrialStatus) -> tuple[Failure, Role | None]:
     """The failure, and the role of the pattern that decided it (None: nothing matched)."""
     tail = "\n".join(log_text.splitlines()[-40:])
     for pattern in PATTERNS:
@@ -275,10 +261,10 @@ def _classify(log_text: str, default: FailureKind) -> tuple[Failure, Role | None
     shutdown = _first_match(Role.SHUTDOWN, log_text)
     if shutdown is not None and (death is None or shutdown.start() < death.start()):
         line = _line_of(log_text, shutdown.start())
-        return Failure(FailureKind.INTERRUPTED, line, tail), Role.SHUTDOWN
+        return Failure(TrialStatus.INTERRUPTED, line, tail), Role.SHUTDOWN
     if death is not None:
         before = log_text if shutdown is None else log_text[: shutdown.start()]
-        return Failure(FailureKind.CRASH, _death_reason(before), tail), Role.DEATH
+        return Failure(TrialStatus.CRASH, _death_reason(before), tail), Role.DEATH
     return Failure(default, _last_error_line(log_text) or _NO_ERROR, tail), None
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from autotune import layout
 from autotune.devices import wait_released
 from autotune.engine._args import env_file_text, to_yaml_text
 from autotune.engine._cleanup import remove_leaked_shm, shm_used_by
@@ -39,11 +40,11 @@ from autotune.engine._facts import EngineFacts, read_facts
 from autotune.engine._failures import (
     FATAL_OVERLAP,
     Failure,
-    FailureKind,
     classify_exit,
     fatal_failure,
 )
 from autotune.engine._ports import free_port, wait_port_free
+from autotune.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class RunningEngine:
         fatal = self.watch.fatal()
         return None if fatal is None else f"engine log: {fatal.reason}"
 
-    def failure(self, default: FailureKind = FailureKind.CRASH, grace_s: float = 2.0) -> Failure:
+    def failure(self, default: TrialStatus = TrialStatus.CRASH, grace_s: float = 2.0) -> Failure:
         """Classify why this engine died, from its exit status and its log.
 
         A dying engine may still be writing the root cause: wait up to `grace_s` for it to exit.
@@ -250,17 +251,17 @@ def launch(
     ready; the engine is torn down before the error leaves this function.
     """
     trial_dir.mkdir(parents=True, exist_ok=True)
-    config_path = trial_dir / "engine.yaml"
+    config_path = trial_dir / layout.ENGINE_CONFIG
     config_path.write_text(to_yaml_text(config))
     if config.env:
         env_text = env_file_text(resolve_env(config.env, settings.cores))
-        (trial_dir / "engine.env").write_text(env_text)
+        (trial_dir / layout.ENGINE_ENV).write_text(env_text)
     env = engine_env(config, settings)
     failure: Failure | None = None
     startup_s = 0.0
     for attempt in range(max(1, settings.port_retries)):
         port = free_port(settings.host)
-        log_path = trial_dir / ("engine.log" if attempt == 0 else f"engine.{attempt}.log")
+        log_path = trial_dir / layout.engine_log(attempt)
         argv = build_command(settings, config_path, port)
         started = clock()
         with _spawn(argv, env, log_path, settings, port) as spawned:
@@ -275,13 +276,12 @@ def launch(
                 yield RunningEngine(url, port, process, log_path, startup_s, facts, watch, spawned)
                 return
             spawned.failed = True
-        if failure.kind is not FailureKind.PORT_IN_USE:
+        if failure.kind is not TrialStatus.PORT_IN_USE:
             raise EngineError(failure, startup_s)
         logger.warning("port %d was taken before the engine bound it; retrying", port)
-    raise EngineError(failure or Failure(FailureKind.PORT_IN_USE, "no free port"), startup_s)
+    raise EngineError(failure or Failure(TrialStatus.PORT_IN_USE, "no free port"), startup_s)
 
 
-PID_FILE = "engine.pid"
 LEADER = Path(__file__).with_name("_leader.py")  # run by path: it imports no package code
 
 
@@ -320,7 +320,7 @@ def _spawn(
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True, preexec_fn=_stop_with_parent,
         )  # fmt: skip
-    pid_file = log_path.parent / PID_FILE
+    pid_file = log_path.parent / layout.ENGINE_PID
     _write_pid_file(pid_file, process.pid)
     spawned = _Spawned(process)
     try:
@@ -379,7 +379,7 @@ def reap_stale_engine(trial_dir: Path, stop_timeout_s: float = 20.0) -> bool:
     The process group recorded in `engine.pid` is ended only if its leader is still the process
     that was started (same creation time), so a reused pid is never signalled.
     """
-    pid_file = trial_dir / PID_FILE
+    pid_file = trial_dir / layout.ENGINE_PID
     try:
         record = json.loads(pid_file.read_text())
         leader = psutil.Process(int(record["pgid"]))
@@ -419,15 +419,15 @@ def _wait_ready(
         while True:
             settings.check_cancel()
             if process.poll() is not None:
-                return classify_exit(process.poll(), _read(watch.path), FailureKind.CRASH)
+                return classify_exit(process.poll(), _read(watch.path), TrialStatus.CRASH)
             if watch.fatal() is not None:
                 with suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=settings.fatal_grace_s)  # let it finish its log
-                return classify_exit(process.poll(), _read(watch.path), FailureKind.CRASH)
+                return classify_exit(process.poll(), _read(watch.path), TrialStatus.CRASH)
             if clock() - started > settings.startup_timeout_s:
-                failure = classify_exit(None, _read(watch.path), FailureKind.STARTUP_TIMEOUT)
+                failure = classify_exit(None, _read(watch.path), TrialStatus.STARTUP_TIMEOUT)
                 reason = f"not ready after {settings.startup_timeout_s:.0f} s"
-                return Failure(FailureKind.STARTUP_TIMEOUT, reason, failure.log_tail)
+                return Failure(TrialStatus.STARTUP_TIMEOUT, reason, failure.log_tail)
             try:
                 if client.get(url).status_code == 200:
                     return None

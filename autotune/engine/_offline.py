@@ -26,6 +26,7 @@ from typing import Any
 
 import psutil
 
+from autotune import layout
 from autotune.bench._records import RequestRecord
 from autotune.bench._workload import RequestSpec
 from autotune.devices import (
@@ -39,7 +40,7 @@ from autotune.devices import (
 from autotune.engine._args import env_file_text, to_yaml_text
 from autotune.engine._config import EngineConfig
 from autotune.engine._facts import EngineFacts, parse_facts
-from autotune.engine._failures import Failure, FailureKind, classify_exit
+from autotune.engine._failures import Failure, classify_exit
 from autotune.engine._launcher import (
     EngineError,
     LaunchSettings,
@@ -53,12 +54,10 @@ from autotune.engine._launcher import (
 )
 from autotune.engine._offline_main import READY_MARK
 from autotune.engine._options import SERVER_OPTIONS
+from autotune.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 
-PROMPTS_FILE = "prompts.jsonl"
-RESULT_FILE = "result.json"
-LOG_FILE = "engine.log"
 _PLACEHOLDERS = ("{config}", "{prompts}", "{out}")
 # Options of vLLM's server front end that `vllm.LLM` does not take (checked against vLLM
 # 0.32's EngineArgs and LLM signature; the child checks again with the installed vLLM).
@@ -130,7 +129,7 @@ def run_offline(
     refused = server_only_options(config)
     if refused:
         reason = f"server-only options are not taken by vllm.LLM: {', '.join(refused)}"
-        raise EngineError(Failure(FailureKind.INVALID_CONFIG, reason))
+        raise EngineError(Failure(TrialStatus.INVALID_CONFIG, reason))
     paths = _write_inputs(config, settings, trial_dir, prompts)
     argv = build_offline_command(settings, paths.config, paths.prompts, paths.result)
     started = clock()
@@ -170,14 +169,14 @@ def _write_inputs(
 ) -> _Paths:
     trial_dir.mkdir(parents=True, exist_ok=True)
     paths = _Paths(
-        trial_dir / "engine.yaml",
-        trial_dir / PROMPTS_FILE,
-        trial_dir / RESULT_FILE,
-        trial_dir / LOG_FILE,
+        trial_dir / layout.ENGINE_CONFIG,
+        trial_dir / layout.PROMPTS,
+        trial_dir / layout.OFFLINE_RESULT,
+        trial_dir / layout.ENGINE_LOG,
     )
     paths.config.write_text(to_yaml_text(config))
     if config.env:
-        (trial_dir / "engine.env").write_text(
+        (trial_dir / layout.ENGINE_ENV).write_text(
             env_file_text(resolve_env(config.env, settings.cores))
         )
     with paths.prompts.open("w", encoding="utf-8") as out:
@@ -251,10 +250,10 @@ class _Run:
         log = _read(self.paths.log)
         if code == 0 and self.paths.result.exists():
             return None
-        failure = classify_exit(code, log, FailureKind.CRASH)
-        if code == 0 and failure.kind is FailureKind.CRASH:
-            reason = f"offline run exited without writing {RESULT_FILE}; {failure.reason}"
-            return Failure(FailureKind.CRASH, reason, failure.log_tail)
+        failure = classify_exit(code, log, TrialStatus.CRASH)
+        if code == 0 and failure.kind is TrialStatus.CRASH:
+            reason = f"offline run exited without writing {layout.OFFLINE_RESULT}; {failure.reason}"
+            return Failure(TrialStatus.CRASH, reason, failure.log_tail)
         return failure
 
     def _fatal(self) -> Failure | None:
@@ -262,7 +261,7 @@ class _Run:
             return None
         with suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=self.settings.fatal_grace_s)  # let it finish its log
-        return classify_exit(self.process.poll(), _read(self.paths.log), FailureKind.CRASH)
+        return classify_exit(self.process.poll(), _read(self.paths.log), TrialStatus.CRASH)
 
     def _overdue(self) -> Failure | None:
         now = self.clock()
@@ -273,13 +272,13 @@ class _Run:
             if now - self.started <= self.settings.startup_timeout_s:
                 return None
             reason = f"engine not ready after {self.settings.startup_timeout_s:.0f} s"
-            return self._timeout(FailureKind.STARTUP_TIMEOUT, reason)
+            return self._timeout(TrialStatus.STARTUP_TIMEOUT, reason)
         if self.deadline_s is None or now - self.ready_at <= self.deadline_s:
             return None
         reason = f"offline batch not done {self.deadline_s:.0f} s after start-up (deadline)"
-        return self._timeout(FailureKind.HANG, reason)
+        return self._timeout(TrialStatus.HANG, reason)
 
-    def _timeout(self, kind: FailureKind, reason: str) -> Failure:
+    def _timeout(self, kind: TrialStatus, reason: str) -> Failure:
         tail = classify_exit(None, _read(self.paths.log), kind).log_tail
         return Failure(kind, reason, tail)
 
@@ -381,11 +380,11 @@ def _read_result(paths: _Paths, expected: int) -> dict[str, Any] | Failure:
         requests = data["requests"]
         float(data["startup_s"]), float(data["generate_s"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return Failure(FailureKind.BENCHMARK_ERROR, f"unreadable {RESULT_FILE}: {exc}")
+        return Failure(TrialStatus.BENCHMARK_ERROR, f"unreadable {layout.OFFLINE_RESULT}: {exc}")
     if not isinstance(requests, list) or len(requests) != expected:
         got = len(requests) if isinstance(requests, list) else "no"
-        reason = f"{RESULT_FILE} has {got} requests for {expected} prompts"
-        return Failure(FailureKind.BENCHMARK_ERROR, reason)
+        reason = f"{layout.OFFLINE_RESULT} has {got} requests for {expected} prompts"
+        return Failure(TrialStatus.BENCHMARK_ERROR, reason)
     return dict(data)
 
 

@@ -14,6 +14,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, Field
 
+from autotune.status import TrialStatus
+
 # Trial user-attribute keys: one place spells them.
 STATUS = "status"
 REASON = "reason"
@@ -32,7 +34,6 @@ WORKER = "worker"  # who runs the trial: host, pid, devices (see autotune.study.
 SLOT = "slot"  # its place in the trial budget (1..trials)
 SPREAD = "spread"  # metric -> half the range over the trial's repeated runs
 
-STATUS_OK = "ok"
 ROLE_BASELINE = "baseline"
 ROLE_REPAIR = "repair"
 ROLE_WARM_START = "warm_start"  # a Pareto config of another study, run first
@@ -71,7 +72,7 @@ class TrialRecord(BaseModel):
 
     @property
     def measured(self) -> bool:
-        return self.status == STATUS_OK and bool(self.metrics)
+        return self.status == TrialStatus.OK and bool(self.metrics)
 
     @property
     def feasible(self) -> bool:

@@ -2,24 +2,20 @@
 
 from autotune.study._confirm import CONFIRM_ATTR, Confirmer, confirmed_winner
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
-from autotune.study._measure import PRUNED, Measure, Measurement, Workplan, measure
+from autotune.study._measure import Measure, Measurement, Workplan, measure
 from autotune.study._objectives import (
     ERROR_RATE,
     FAILED,
     OOM,
-    OOM_STATUSES,
     WORST_MAXIMIZE,
     WORST_MINIMIZE,
     constraint_values,
     objective_values,
 )
 from autotune.study._profile import (
-    PROFILES_DIR,
-    SUMMARY_FILE,
     ProfileError,
     ProfilePlan,
     profile_config,
-    profile_dir,
 )
 from autotune.study._prune import Judge, PruneRule, make_judge
 from autotune.study._runner import (
@@ -45,12 +41,8 @@ __all__ = [
     "ERROR_RATE",
     "FAILED",
     "OOM",
-    "OOM_STATUSES",
     "PICKS",
-    "PROFILES_DIR",
-    "PRUNED",
     "SPEC_ATTR",
-    "SUMMARY_FILE",
     "WORST_MAXIMIZE",
     "WORST_MINIMIZE",
     "Confirmer",
@@ -80,7 +72,6 @@ __all__ = [
     "pareto_front",
     "pick",
     "profile_config",
-    "profile_dir",
     "study_objectives",
     "trial_engine_config",
 ]

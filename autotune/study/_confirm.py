@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune import layout
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
@@ -199,13 +200,14 @@ class Confirmer:
         }
         runs: list[ConfirmRun] = []
         by_number = {t.number: t for t in chosen}
+        # A second confirm step keeps the first's folders.
         stamp = result["started"].replace(":", "").replace("+0000", "Z")
-        folder = self.spec.study_dir / "confirm" / stamp  # a second confirm keeps the first's
         for k in range(rounds):
             for number in round_order(numbers, k):
                 trial = by_number[number]
                 config = trial_engine_config(self.spec, self.space, trial.params)
-                m = self.measure(config, folder / f"round-{k}" / f"trial-{number}")
+                folder = layout.confirm_run_dir(self.spec.study_dir, stamp, k, number)
+                m = self.measure(config, folder)
                 runs.append(self._run(k, number, m, metric))
                 self.on_run(k, number, len(runs), m)
                 self._keep({**result, **evaluate(runs, numbers, direction, base_number, rounds)})

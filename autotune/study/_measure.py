@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from autotune import layout
 from autotune.bench import (
     AbortKind,
     BenchmarkAborted,
@@ -38,12 +39,12 @@ from autotune.engine import (
     EngineConfig,
     EngineError,
     Failure,
-    FailureKind,
     LaunchSettings,
     TeardownError,
     launch,
     run_offline,
 )
+from autotune.status import TrialStatus
 from autotune.study._objectives import constraint_values
 from autotune.study._prune import Judge
 
@@ -81,12 +82,7 @@ class Measurement:
 
     @property
     def ok(self) -> bool:
-        return self.summary is not None and self.status == "ok"
-
-
-MEASUREMENT_FILE = "measurement.json"
-RUNS_DIR = "runs"  # with repeats: one records file per run
-PRUNED = "pruned"  # the status of a trial stopped early (see autotune.study._prune)
+        return self.summary is not None and self.status == TrialStatus.OK
 
 
 class Measure(Protocol):
@@ -112,7 +108,7 @@ def measure(
     if plan.scenario == "offline":
         return measure_offline(config, trial_dir, plan, settings, clock)
     started = clock()
-    result = Measurement(status="ok")
+    result = Measurement(status=TrialStatus.OK)
     try:
         with launch(config, settings, trial_dir) as engine:
             result.engine = {"startup_s": round(engine.startup_s, 2), **engine.facts.model_dump()}
@@ -130,21 +126,21 @@ def measure(
                 _write_records(trial_dir, aborted.records)
                 result.engine["abort"] = _noticed(str(aborted.abort.kind), aborted.abort.reason)
                 if aborted.abort.kind is AbortKind.PRUNED:  # the engine is fine: a normal stop
-                    result.status, result.reason = PRUNED, aborted.abort.reason
+                    result.status, result.reason = TrialStatus.PRUNED, aborted.abort.reason
                     result.summary = _pruned_summary(aborted.records, plan.slos)
                     raise _Pruned from None
                 engine.mark_failed()
                 if aborted.abort.kind is AbortKind.ENGINE:
-                    _fail(result, engine.failure(FailureKind.CRASH))
+                    _fail(result, engine.failure(TrialStatus.CRASH))
                 else:
-                    tail = engine.failure(FailureKind.HANG, grace_s=0).log_tail
-                    _fail(result, Failure(FailureKind.HANG, aborted.abort.reason, tail))
+                    tail = engine.failure(TrialStatus.HANG, grace_s=0).log_tail
+                    _fail(result, Failure(TrialStatus.HANG, aborted.abort.reason, tail))
             else:
                 _write_records(trial_dir, records)
                 if not engine.alive():
                     engine.mark_failed()
                     result.engine["abort"] = _noticed("engine", "engine exited")
-                    _fail(result, engine.failure(FailureKind.CRASH))
+                    _fail(result, engine.failure(TrialStatus.CRASH))
                 else:
                     result.summary = summarize(records, plan.slos)
                     if runs:
@@ -157,7 +153,7 @@ def measure(
                     if result.summary.completed == 0:
                         first = next((r.error for r in records if r.error), None)
                         reason = first or "no request completed"
-                        _fail(result, Failure(FailureKind.BENCHMARK_ERROR, reason))
+                        _fail(result, Failure(TrialStatus.BENCHMARK_ERROR, reason))
     except EngineError as exc:
         _fail(result, exc.failure)
         if exc.startup_s is not None:
@@ -182,7 +178,7 @@ def measure_offline(
     """The offline scenario: `plan.requests` as one batch of `vllm.LLM(...).generate` in an
     isolated process tree (see `run_offline`); the same failure kinds as a server trial."""
     started = clock()
-    result = Measurement(status="ok")
+    result = Measurement(status=TrialStatus.OK)
     try:
         batch = run_offline(config, settings, trial_dir, plan.requests, plan.deadline_s, clock)
     except EngineError as exc:
@@ -203,7 +199,7 @@ def measure_offline(
         result.summary = _with_peak(summarize(batch.records, plan.slos), result.engine)
         if result.summary.completed == 0:
             first = next((r.error for r in batch.records if r.error), None)
-            _fail(result, Failure(FailureKind.BENCHMARK_ERROR, first or "no request completed"))
+            _fail(result, Failure(TrialStatus.BENCHMARK_ERROR, first or "no request completed"))
     result.device_s = round(clock() - started, 2)
     save_measurement(trial_dir, result)
     return result
@@ -214,9 +210,6 @@ def _with_peak(summary: Summary, engine: Mapping[str, Any]) -> Summary:
     if not isinstance(peak, int | float):
         return summary
     return summary.model_copy(update={"peak_memory_gib": round(peak / 2**30, 3)})
-
-
-CAPACITY_FILE = "capacity.json"
 
 
 class _Pruned(Exception):
@@ -239,12 +232,12 @@ def _run_plan(
             return records, None, []
         return _repeated(url, model, plan, guard, trial_dir)
     runs: list[tuple[Summary, list[RequestRecord]]] = []
-    (trial_dir / "levels").mkdir(parents=True, exist_ok=True)
+    (trial_dir / layout.LEVELS_DIR).mkdir(parents=True, exist_ok=True)
 
     def run(profile: LoadProfile) -> Summary:
         warmup = plan.warmup if not runs else ()
         records = run_benchmark(url, model, warmup, plan.requests, profile, guard=guard)
-        write_records(trial_dir / "levels" / f"run-{len(runs)}.jsonl", records)
+        write_records(trial_dir / layout.LEVELS_DIR / layout.run_records(len(runs)), records)
         summary = summarize(records, plan.slos)
         runs.append((summary, records))
         return summary
@@ -256,7 +249,7 @@ def _run_plan(
 
     capacity = find_capacity(run, plan.profile, holds, plan.capacity)
     search = capacity.to_dict()
-    (trial_dir / CAPACITY_FILE).write_text(json.dumps(search, indent=1))
+    (trial_dir / layout.CAPACITY).write_text(json.dumps(search, indent=1))
     chosen = next(records for summary, records in runs if summary is capacity.summary)
     return chosen, search, []
 
@@ -265,13 +258,13 @@ def _repeated(
     url: str, model: str, plan: Workplan, guard: Guard, trial_dir: Path
 ) -> tuple[list[RequestRecord], None, list[Summary]]:
     """`plan.repeats` runs of the same requests on one engine (warm-up before the first)."""
-    folder = trial_dir / RUNS_DIR
+    folder = trial_dir / layout.RUNS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     runs: list[tuple[Summary, list[RequestRecord]]] = []
     for k in range(plan.repeats):
         warmup = plan.warmup if k == 0 else ()
         records = run_benchmark(url, model, warmup, plan.requests, plan.profile, guard=guard)
-        write_records(folder / f"run-{k}.jsonl", records)
+        write_records(folder / layout.run_records(k), records)
         runs.append((summarize(records, plan.slos), records))
     by_throughput = sorted(runs, key=lambda run: run[0].output_throughput)
     median_run = by_throughput[(len(runs) - 1) // 2][1]
@@ -301,7 +294,7 @@ def _noticed(kind: str, reason: str) -> dict[str, Any]:
 
 
 def _write_records(trial_dir: Path, records: Sequence[RequestRecord]) -> None:
-    write_records(trial_dir / "requests.jsonl", records)
+    write_records(trial_dir / layout.REQUESTS, records)
 
 
 def save_measurement(trial_dir: Path, m: Measurement) -> None:
@@ -316,19 +309,19 @@ def save_measurement(trial_dir: Path, m: Measurement) -> None:
         "spread": m.spread,
     }
     trial_dir.mkdir(parents=True, exist_ok=True)
-    tmp = trial_dir / (MEASUREMENT_FILE + ".tmp")
+    tmp = trial_dir / (layout.MEASUREMENT + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(trial_dir / MEASUREMENT_FILE)
+    tmp.replace(trial_dir / layout.MEASUREMENT)
 
 
 def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement | None:
     """A trial's saved outcome, its summary rebuilt from `requests.jsonl`; None if absent."""
     try:
-        data = json.loads((trial_dir / MEASUREMENT_FILE).read_text())
+        data = json.loads((trial_dir / layout.MEASUREMENT).read_text())
     except (OSError, ValueError):
         return None
     m = Measurement(
-        status=str(data.get("status", "crash")),
+        status=str(data.get("status", TrialStatus.CRASH)),
         reason=str(data.get("reason", "")),
         engine=dict(data.get("engine") or {}),
         device_s=float(data.get("device_s") or 0.0),
@@ -336,7 +329,7 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
         teardown_error=data.get("teardown_error"),
         spread=dict(data.get("spread") or {}),
     )
-    if m.status in ("ok", PRUNED):
+    if m.status in (TrialStatus.OK, TrialStatus.PRUNED):
         try:
             m.summary = _saved_summary(trial_dir, m, slos)
         except (OSError, ValueError):
@@ -349,13 +342,13 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
 
 def _saved_summary(trial_dir: Path, m: Measurement, slos: Mapping[str, float]) -> Summary:
     """The summary `measure` gave, rebuilt from the records it kept."""
-    if m.status == PRUNED:
-        return _pruned_summary(read_records(trial_dir / "requests.jsonl"), slos)
+    if m.status == TrialStatus.PRUNED:
+        return _pruned_summary(read_records(trial_dir / layout.REQUESTS), slos)
     repeats = int(m.engine.get("repeats") or 0)
     if repeats > 1:
-        runs = [trial_dir / RUNS_DIR / f"run-{k}.jsonl" for k in range(repeats)]
+        runs = [trial_dir / layout.RUNS_DIR / layout.run_records(k) for k in range(repeats)]
         return median_summary([summarize(read_records(path), slos) for path in runs])
-    return summarize(read_records(trial_dir / "requests.jsonl"), slos)
+    return summarize(read_records(trial_dir / layout.REQUESTS), slos)
 
 
 def _fail(result: Measurement, failure: Failure) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from autotune.bench import Summary
-from autotune.engine import FailureKind
 from autotune.spec import Objective
+from autotune.status import OOM_STATUSES
 
 # Worst-case values for trials that produced no measurement (finite, so that every sampler and
 # plot can use them). Throughputs are >= 0 and latencies are in ms: both bounds are far outside.
@@ -21,7 +21,6 @@ FAILED = "failed"
 OOM = "oom"
 ERROR_RATE = "error_rate"
 # Statuses that mean "this config needs more memory than there is".
-OOM_STATUSES = frozenset({str(FailureKind.OOM), str(FailureKind.PREDICTED_OOM)})
 
 
 def objective_values(objectives: Sequence[Objective], summary: Summary | None) -> list[float]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from autotune import layout
 from autotune.bench import (
     AbortKind,
     BenchmarkAborted,
@@ -36,7 +37,6 @@ from autotune.engine import (
     EngineConfig,
     EngineError,
     Failure,
-    FailureKind,
     LaunchSettings,
     Mechanism,
     RunningEngine,
@@ -50,14 +50,13 @@ from autotune.engine import (
     top_ops,
     with_profiler,
 )
+from autotune.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 
-SUMMARY_FILE = "summary.json"
-PROFILES_DIR = "profiles"
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
 FRONTEND_MARK = ".async_llm"  # the API server's own trace (AsyncLLM), beside the worker's
-_OWN_FILES = ("profiler_out.txt", "engine.log", "requests.jsonl", SUMMARY_FILE)
+_OWN_FILES = (layout.PROFILER_TABLE, layout.ENGINE_LOG, layout.REQUESTS, layout.PROFILE_SUMMARY)
 
 
 class ProfileError(Exception):
@@ -75,10 +74,6 @@ class ProfilePlan:
     deadline_s: float | None = 1800.0
     trace_timeout_s: float = 300.0  # for the profiler to write its files after the stop
     http_timeout_s: float = 600.0  # for /start_profile and /stop_profile to answer
-
-
-def profile_dir(study_dir: Path, trial: int) -> Path:
-    return study_dir / PROFILES_DIR / f"trial-{trial:04d}"
 
 
 def profile_config(
@@ -108,7 +103,7 @@ def profile_config(
     except TeardownError as exc:
         raise ProfileError(str(exc)) from None
     summary = summarize_trace(folder / trace, trial, vllm_version, mechanism, len(plan.requests))
-    (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+    (folder / layout.PROFILE_SUMMARY).write_text(json.dumps(summary, indent=1))
     return summary
 
 
@@ -129,12 +124,12 @@ def _profiled_run(
         records = run_benchmark(engine.url, model, (), plan.requests, plan.load, guard=guard)
     except BenchmarkAborted as aborted:  # the engine is torn down: no /stop_profile
         engine.mark_failed()
-        failure = engine.failure(FailureKind.CRASH)
+        failure = engine.failure(TrialStatus.CRASH)
         if aborted.abort.kind is not AbortKind.ENGINE:
-            failure = Failure(FailureKind.HANG, aborted.abort.reason)
+            failure = Failure(TrialStatus.HANG, aborted.abort.reason)
         raise ProfileError(f"the benchmark broke off: {failure.kind}: {failure.reason}") from None
     _post(engine.url, "/stop_profile", plan.http_timeout_s, mechanism, version)
-    write_records(folder / "requests.jsonl", records)
+    write_records(folder / layout.REQUESTS, records)
     failed = [r for r in records if not r.ok]
     if len(failed) == len(records):
         raise ProfileError(f"no profiled request completed: {failed[0].error}")

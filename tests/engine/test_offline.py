@@ -19,7 +19,6 @@ from autotune.bench import RequestSpec, summarize
 from autotune.engine import (
     EngineConfig,
     EngineError,
-    FailureKind,
     LaunchSettings,
     PeakMemory,
     build_offline_command,
@@ -27,6 +26,7 @@ from autotune.engine import (
     to_yaml_text,
 )
 from autotune.engine._offline_main import read_engine_options
+from autotune.status import TrialStatus
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -91,7 +91,7 @@ def test_an_earlier_attempts_log_is_set_aside(tmp_path: Path) -> None:
     slow = settings(tmp_path, {"FAKE_OFFLINE_STARTUP_S": "100"}, startup_timeout_s=1.0)
     with pytest.raises(EngineError) as info:
         run_offline(CONFIG, slow, trial, PROMPTS, deadline_s=100)
-    assert info.value.failure.kind is FailureKind.STARTUP_TIMEOUT
+    assert info.value.failure.kind is TrialStatus.STARTUP_TIMEOUT
     assert (trial / "engine.before-1.log").read_text() == old
     assert "died unexpectedly" not in (trial / "engine.log").read_text()
 
@@ -117,7 +117,7 @@ def test_real_cpu_oom_message_is_an_oom(tmp_path: Path) -> None:
         run_offline(CONFIG, settings(tmp_path, env), tmp_path / "t", PROMPTS, 30)
     assert time.monotonic() - started < 10
     failure = info.value.failure
-    assert failure.kind is FailureKind.OOM
+    assert failure.kind is TrialStatus.OOM
     assert "can't allocate memory" in failure.reason
     assert "Engine core initialization failed" in failure.log_tail
     assert info.value.startup_s is not None
@@ -129,7 +129,7 @@ def test_a_fatal_log_line_is_noticed_while_the_child_lives_on(tmp_path: Path) ->
     with pytest.raises(EngineError) as info:
         run_offline(CONFIG, settings(tmp_path, env, fatal_grace_s=0.5), tmp_path / "t", PROMPTS, 60)
     assert time.monotonic() - started < 8  # the line, not the deadline; killed at once
-    assert info.value.failure.kind is FailureKind.OOM  # a worker SIGKILLed: the OOM killer
+    assert info.value.failure.kind is TrialStatus.OOM  # a worker SIGKILLed: the OOM killer
     assert "died unexpectedly (exit code: -9)" in info.value.failure.reason
 
 
@@ -140,7 +140,7 @@ def test_deadline_is_a_hang_and_nothing_is_left(tmp_path: Path) -> None:
         run_offline(CONFIG, settings(tmp_path, env), tmp_path / "t", PROMPTS, deadline_s=1.0)
     assert 1.0 <= time.monotonic() - started < 8
     failure = info.value.failure
-    assert failure.kind is FailureKind.HANG
+    assert failure.kind is TrialStatus.HANG
     assert failure.reason == "offline batch not done 1 s after start-up (deadline)"
     assert "engine ready" in failure.log_tail
     assert processes_mentioning(str(tmp_path)) == []
@@ -150,7 +150,7 @@ def test_startup_timeout(tmp_path: Path) -> None:
     slow = settings(tmp_path, {"FAKE_OFFLINE_STARTUP_S": "100"}, startup_timeout_s=1.0)
     with pytest.raises(EngineError) as info:
         run_offline(CONFIG, slow, tmp_path / "t", PROMPTS, deadline_s=100)
-    assert info.value.failure.kind is FailureKind.STARTUP_TIMEOUT
+    assert info.value.failure.kind is TrialStatus.STARTUP_TIMEOUT
     assert info.value.failure.reason == "engine not ready after 1 s"
 
 
@@ -199,7 +199,7 @@ def test_exit_without_result_is_a_crash(tmp_path: Path) -> None:
     env = {"FAKE_OFFLINE_NO_RESULT": "1"}
     with pytest.raises(EngineError) as info:
         run_offline(CONFIG, settings(tmp_path, env), tmp_path / "t", PROMPTS, 30)
-    assert info.value.failure.kind is FailureKind.CRASH
+    assert info.value.failure.kind is TrialStatus.CRASH
     assert info.value.failure.reason.startswith("offline run exited without writing result.json")
 
 
@@ -207,7 +207,7 @@ def test_server_only_options_are_refused_before_launch(tmp_path: Path) -> None:
     config = CONFIG.model_copy(update={"args": {"port": 8000, "api_server_count": 2}})
     with pytest.raises(EngineError) as info:
         run_offline(config, settings(tmp_path), tmp_path / "t", PROMPTS, 30)
-    assert info.value.failure.kind is FailureKind.INVALID_CONFIG
+    assert info.value.failure.kind is TrialStatus.INVALID_CONFIG
     assert "api_server_count, port" in info.value.failure.reason
     assert not (tmp_path / "t" / "engine.log").exists()
 

@@ -8,6 +8,7 @@ import optuna
 import pytest
 
 from autotune import store as keys
+from autotune.status import TrialStatus
 from autotune.store import StorageError, StudyStore, TrialRecord, redact
 
 DIRECTIONS = ["maximize", "minimize", "minimize"]
@@ -78,7 +79,7 @@ def test_trials_read_back_what_was_written(store: StudyStore) -> None:
     }
 
     good = study.ask(distributions)
-    good.set_user_attr(keys.STATUS, keys.STATUS_OK)
+    good.set_user_attr(keys.STATUS, TrialStatus.OK)
     good.set_user_attr(keys.ROLE, keys.ROLE_BASELINE)
     good.set_user_attr(keys.CONFIG, {"model": "/m", "max_num_seqs": good.params["max_num_seqs"]})
     good.set_user_attr(keys.METRICS, {"output_throughput": 100.0, "p99_ttft_ms": 20.0})
@@ -88,7 +89,7 @@ def test_trials_read_back_what_was_written(store: StudyStore) -> None:
     study.tell(good, [100.0, 20.0, 5.0])
 
     slow = study.ask(distributions)
-    slow.set_user_attr(keys.STATUS, keys.STATUS_OK)
+    slow.set_user_attr(keys.STATUS, TrialStatus.OK)
     slow.set_user_attr(keys.METRICS, {"output_throughput": 200.0, "p99_ttft_ms": 90.0})
     slow.set_constraint("failed", 0.0)
     slow.set_constraint("p99_ttft_ms", 0.8)

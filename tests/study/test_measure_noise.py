@@ -10,7 +10,8 @@ from support import fake_settings, processes_mentioning
 from autotune.bench import LoadProfile, RequestSpec, median_summary, spread, summarize
 from autotune.bench._records import read_records
 from autotune.engine import EngineConfig
-from autotune.study import PRUNED, Workplan, measure
+from autotune.status import TrialStatus
+from autotune.study import Workplan, measure
 from autotune.study._measure import load_measurement
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny", args={"max_num_seqs": 4})
@@ -50,7 +51,7 @@ def test_a_judged_run_stops_early_and_keeps_what_it_finished(tmp_path: Path) -> 
 
     m = measure(CONFIG, trial, plan(), fake_settings(tmp_path, extra_env=ENV), judge=judge)
 
-    assert m.status == PRUNED and m.reason == "dominated (test)" and not m.ok
+    assert m.status == TrialStatus.PRUNED and m.reason == "dominated (test)" and not m.ok
     assert m.summary is not None and 6 <= m.summary.completed < len(REQUESTS)
     assert m.summary.errors == 0  # requests cut short are not errors of the engine
     assert m.engine["abort"]["kind"] == "pruned"

@@ -10,10 +10,10 @@ from pathlib import Path
 from autotune.bench import RequestRecord, summarize
 from autotune.engine import EngineConfig
 from autotune.space import SearchSpace
+from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import (
     CONFIRM_ATTR,
-    PRUNED,
     Confirmer,
     Judge,
     Measurement,
@@ -56,7 +56,7 @@ class JudgedMeasure:
             reason = judge(records[:k]) if judge is not None else None
             if reason is not None:
                 partial = summarize(records[:k])
-                return Measurement(PRUNED, reason, partial, device_s=1.0 + 0.25 * k)
+                return Measurement(TrialStatus.PRUNED, reason, partial, device_s=1.0 + 0.25 * k)
         return Measurement("ok", "", summarize(records), device_s=1.0 + 0.25 * len(records))
 
 
@@ -70,14 +70,14 @@ def test_pruned_trials_are_recorded_apart_and_save_device_time(
     trials = store.trials(spec.study)
 
     assert m.unjudged[0] == 128  # the baseline is always measured in full
-    pruned = [t for t in trials if t.status == PRUNED]
+    pruned = [t for t in trials if t.status == TrialStatus.PRUNED]
     assert pruned and result.pruned == len(pruned)
     for t in pruned:
         assert t.params["max_num_seqs"] < 10  # TTFT >= 400 ms: the SLO breaks early
         assert "SLO already broken" in t.reason
         assert t.metrics["completed"] < REQUESTS and t.device_s < 5.0
     front = pareto_front(trials, study_objectives(store.study_attrs(spec.study)))
-    assert front and not any(t.status == PRUNED for t in front)
+    assert front and not any(t.status == TrialStatus.PRUNED for t in front)
     assert result.saved_device_s == len(pruned) * 5.0 - result.pruned_device_s > 0
     assert result.measured + result.pruned + result.failed == 8
 

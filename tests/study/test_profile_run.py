@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 from support import fake_settings, processes_mentioning
 
+from autotune import layout
 from autotune.bench import LoadProfile, RequestSpec, read_records
 from autotune.engine import EngineConfig, LaunchSettings
 from autotune.study._profile import (
-    SUMMARY_FILE,
     ProfileError,
     ProfilePlan,
     main_trace,
     profile_config,
-    profile_dir,
     summarize_trace,
     wait_for_trace,
 )
@@ -49,14 +48,14 @@ def settings(tmp_path: Path, command: str = PROFILING_ENGINE, **env: str) -> Lau
 def test_profile_writes_traces_log_requests_and_summary(
     tmp_path: Path, version: str, mechanism: str
 ) -> None:
-    folder = profile_dir(tmp_path / "studies" / "s1", 7)
+    folder = layout.profile_dir(tmp_path / "studies" / "s1", 7)
     assert folder.name == "trial-0007"
     summary = profile_config(CONFIG, PLAN, settings(tmp_path), folder, 7, version)
     assert set(summary) == KEYS  # phases known: no phases_note
     assert summary["trial"] == 7 and summary["requests"] == 3
     assert summary["mechanism"] == mechanism and summary["vllm_version"] == version
     assert summary["trace"].startswith("rank0.") and (folder / summary["trace"]).is_file()
-    assert json.loads((folder / SUMMARY_FILE).read_text()) == summary
+    assert json.loads((folder / layout.PROFILE_SUMMARY).read_text()) == summary
     assert summary["top_ops"][0] == {"name": "_C::onednn_mm", "self_ms": 66.533, "share": 0.6454}
     assert len(summary["top_ops"]) == 20
     assert summary["phases"]["steps"] == {"prefill": 2, "decode": 4}

@@ -1,0 +1,39 @@
+"""What became of a trial: the one vocabulary of trial statuses.
+
+Every status a trial can be recorded with is a member of `TrialStatus`: `ok`, `pruned`, the
+outcomes of the pre-launch gate (`duplicate`, `predicted_oom`, `invalid_config`), `unused`, and
+each failure kind the engine reports (`FAILURE_KINDS`). Measure, the runner, the store's
+records, the CLI and the dashboard all compare against these members; a status read back from
+the store is a plain string equal to one of them (a `StrEnum` compares equal to its value).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TrialStatus(StrEnum):
+    """A trial's status as the store records it."""
+
+    OK = "ok"  # measured in full
+    PRUNED = "pruned"  # measured in part: stopped once its requests decided it (early stopping)
+    DUPLICATE = "duplicate"  # never launched: the same config as a measured or running trial
+    UNUSED = "unused"  # never launched: the budget was filled by other workers first
+    # Why a trial produced no measurement (the engine's failure kinds; see engine._failures).
+    OOM = "oom"  # the engine ran out of device (or host) memory
+    KV_CAPACITY = "kv_capacity"  # the KV cache cannot hold one request of max_model_len
+    STARTUP_TIMEOUT = "startup_timeout"  # not ready before the start-up deadline
+    CRASH = "crash"  # the engine died (during start-up or the benchmark) for another reason
+    HANG = "hang"  # the engine is alive but streams no tokens, or the benchmark overran
+    INVALID_CONFIG = "invalid_config"  # vLLM (or a pre-launch rule) rejected the options
+    PREDICTED_OOM = "predicted_oom"  # never launched: needs at least the memory of a known OOM
+    BENCHMARK_ERROR = "benchmark_error"
+    PORT_IN_USE = "port_in_use"
+    INTERRUPTED = "interrupted"  # stopped by the user, or left by a worker that is gone
+    ENVIRONMENT = "environment"  # the host, not the config, is at fault
+
+
+# The statuses that say an engine (or the gate) found no measurement: the failure kinds.
+FAILURE_KINDS = frozenset(TrialStatus) - {TrialStatus.OK, TrialStatus.PRUNED}
+# The config needs more memory than the device has (measured or predicted).
+OOM_STATUSES = frozenset({TrialStatus.OOM, TrialStatus.PREDICTED_OOM})
