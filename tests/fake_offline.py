@@ -9,6 +9,7 @@ Every request "generates" exactly its max_tokens; times are simulated. Environme
 - FAKE_OFFLINE_FATAL=1: once ready, log that a worker was SIGKILLed (as vLLM does when the
   kernel's OOM killer strikes) and stay alive, as vLLM's front end does for a while;
 - FAKE_OFFLINE_HANG=1: once ready, never finish;
+- FAKE_OFFLINE_NEVER_READY=1: never get ready (after starting the child, if any);
 - FAKE_OFFLINE_NO_TIMES=1: no first-token / finish times (vLLM without its stats);
 - FAKE_OFFLINE_NO_RESULT=1: exit 0 without writing the result;
 - FAKE_OFFLINE_LINGER_S: seconds to stay alive after writing the result;
@@ -79,6 +80,8 @@ def main() -> int:
         return 1
     if env("FAKE_OFFLINE_CHILD"):
         start_child(args.config)
+    if env("FAKE_OFFLINE_NEVER_READY"):
+        time.sleep(3600)
     startup_s = time.monotonic() - started
     say(f"engine ready in {startup_s:.1f} s; generating {len(requests)} requests in one batch")
     if env("FAKE_OFFLINE_FATAL"):

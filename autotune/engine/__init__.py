@@ -31,14 +31,10 @@ from autotune.engine._launcher import (
     EngineError,
     LaunchSettings,
     RunningEngine,
-    TeardownError,
     build_command,
     default_cores,
-    group_members,
     launch,
-    reap_stale_engine,
     resolve_env,
-    terminate_group,
 )
 from autotune.engine._offline import (
     OfflineResult,
@@ -68,6 +64,12 @@ from autotune.engine._serve_import import (
     ServeImportError,
     parse_serve_script,
     read_serve_file,
+)
+from autotune.engine._supervise import (
+    TeardownError,
+    group_members,
+    reap_stale_engine,
+    terminate_group,
 )
 from autotune.engine._trace import (
     NO_STEP_MARKS,

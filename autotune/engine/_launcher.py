@@ -1,23 +1,18 @@
 """Launch a vLLM OpenAI server for one trial and tear it down, whatever happens.
 
-The engine runs in a new session (its own process group) on a free loopback port, with its log
-in the trial folder. Readiness polls `/health` and notices a dead process, or a fatal line in
-its log, at once. Teardown ends the whole process group, then every recorded descendant, checks
-that none survives, removes the shared memory they leaked, and (on GPU/NPU hosts) waits until
-the devices no longer hold their memory. The group's leader is a small supervisor
-(`_leader.py`) that ends the whole group if the tuner dies (parent-death signal), and the group
-is written to `engine.pid` so that a resumed study can end an engine a killed tuner left.
+The engine runs on a free loopback port, with its log in the trial folder, as a process tree
+supervised by `_supervise.py` (its own process group, ended whole if the tuner dies, recorded
+in `engine.pid`, torn down with a survivor check and its leaked shared memory removed).
+Readiness polls `/health` and notices a dead process, or a fatal line in its log, at once.
+`LaunchSettings` says how engines of both kinds (server and offline batch) are started.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import json
 import logging
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,21 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import psutil
 
 from autotune import layout
-from autotune.devices import wait_released
 from autotune.engine._args import env_file_text, to_yaml_text
-from autotune.engine._cleanup import remove_leaked_shm, shm_used_by
 from autotune.engine._config import EngineConfig
 from autotune.engine._facts import EngineFacts, read_facts
-from autotune.engine._failures import (
-    FATAL_OVERLAP,
-    Failure,
-    classify_exit,
-    fatal_failure,
-)
-from autotune.engine._ports import free_port, wait_port_free
+from autotune.engine._failures import Failure, classify_exit
+from autotune.engine._ports import free_port
+from autotune.engine._supervise import LogWatch, Spawned, read_log, spawn, substitute
 from autotune.status import TrialStatus
 
 logger = logging.getLogger(__name__)
@@ -61,10 +49,6 @@ class EngineError(Exception):
         super().__init__(f"{failure.kind}: {failure.reason}")
         self.failure = failure
         self.startup_s = startup_s
-
-
-class TeardownError(Exception):
-    """Processes of an engine survived teardown."""
 
 
 @dataclass(frozen=True)
@@ -97,25 +81,6 @@ class LaunchSettings:
             raise KeyboardInterrupt
 
 
-class LogWatch:
-    """Reads what an engine appended to its log since the last look, for fatal lines."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-
-    def fatal(self) -> Failure | None:
-        try:
-            with open(self.path, "rb") as log:
-                start = max(0, self.offset - FATAL_OVERLAP)  # a cut line is read whole
-                log.seek(start)
-                data = log.read()
-        except OSError:
-            return None
-        self.offset = start + len(data)
-        return fatal_failure(data.decode(errors="replace")) if data else None
-
-
 @dataclass
 class RunningEngine:
     """A ready engine: where to reach it and what it said about itself."""
@@ -127,7 +92,7 @@ class RunningEngine:
     startup_s: float
     facts: EngineFacts
     watch: LogWatch
-    spawned: _Spawned
+    spawned: Spawned
 
     def mark_failed(self) -> None:
         """The engine died or hung: teardown kills it at once instead of asking it to stop
@@ -155,7 +120,7 @@ class RunningEngine:
         """
         with suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=grace_s)
-        return classify_exit(self.process.poll(), _read(self.log_path), default)
+        return classify_exit(self.process.poll(), read_log(self.log_path), default)
 
 
 def build_command(settings: LaunchSettings, config_path: Path, port: int) -> list[str]:
@@ -164,14 +129,8 @@ def build_command(settings: LaunchSettings, config_path: Path, port: int) -> lis
     argv = shlex.split(template)
     values = {"{config}": str(config_path), "{port}": str(port), "{host}": settings.host}
     if any(ph in template for ph in _PLACEHOLDERS):
-        return [_substitute(arg, values) for arg in argv]
+        return [substitute(arg, values) for arg in argv]
     return [*argv, "--config", str(config_path), "--host", settings.host, "--port", str(port)]
-
-
-def _substitute(arg: str, values: dict[str, str]) -> str:
-    for key, value in values.items():
-        arg = arg.replace(key, value)
-    return arg
 
 
 def engine_env(config: EngineConfig, settings: LaunchSettings) -> dict[str, str]:
@@ -222,10 +181,11 @@ def default_cores() -> str:
         cpus = sorted(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cpus = list(range(os.cpu_count() or 1))
-    return _ranges(cpus)
+    return cpu_ranges(cpus)
 
 
-def _ranges(cpus: list[int]) -> str:
+def cpu_ranges(cpus: list[int]) -> str:
+    """Sorted cpu numbers as a vLLM bind string: runs of two or more as `first-last`."""
     parts: list[str] = []
     start = prev = cpus[0]
     for cpu in [*cpus[1:], None]:
@@ -264,7 +224,7 @@ def launch(
         log_path = trial_dir / layout.engine_log(attempt)
         argv = build_command(settings, config_path, port)
         started = clock()
-        with _spawn(argv, env, log_path, settings, port) as spawned:
+        with spawn(argv, env, log_path, settings, port) as spawned:
             process = spawned.process
             watch = LogWatch(log_path)
             failure = _wait_ready(process, settings, port, watch, started, clock)
@@ -272,7 +232,7 @@ def launch(
             if failure is None:
                 spawned.note_shared_memory()  # the engine's queues exist once it is ready
                 url = f"http://{settings.host}:{port}"
-                facts = read_facts(_read(log_path), url)
+                facts = read_facts(read_log(log_path), url)
                 yield RunningEngine(url, port, process, log_path, startup_s, facts, watch, spawned)
                 return
             spawned.failed = True
@@ -280,128 +240,6 @@ def launch(
             raise EngineError(failure, startup_s)
         logger.warning("port %d was taken before the engine bound it; retrying", port)
     raise EngineError(failure or Failure(TrialStatus.PORT_IN_USE, "no free port"), startup_s)
-
-
-LEADER = Path(__file__).with_name("_leader.py")  # run by path: it imports no package code
-
-
-@dataclass
-class _Spawned:
-    """A started engine process and the shared memory its tree was seen using."""
-
-    process: subprocess.Popen[bytes]
-    shared: set[Path] = field(default_factory=set)
-    failed: bool = False  # teardown skips SIGTERM: a failing vLLM can hang on it
-
-    def tree(self) -> list[psutil.Process]:
-        tree = _tree(self.process.pid)
-        return tree + [p for p in group_members(self.process.pid) if p not in tree]
-
-    def note_shared_memory(self, tree: list[psutil.Process] | None = None) -> None:
-        self.shared |= shm_used_by(p.pid for p in (self.tree() if tree is None else tree))
-
-
-@contextmanager
-def _spawn(
-    argv: list[str],
-    env: dict[str, str],
-    log_path: Path,
-    settings: LaunchSettings,
-    port: int | None = None,
-) -> Iterator[_Spawned]:
-    """Start `argv` under the group leader, log to `log_path`, and tear the tree down on exit
-    (`port`: the server's, checked to be free again afterwards; None for an offline run)."""
-    logger.info("starting engine: %s", shlex.join(argv))
-    with open(log_path, "ab") as log:
-        log.write(f"$ {shlex.join(argv)}\n".encode())
-        log.flush()
-        process = subprocess.Popen(
-            [sys.executable, str(LEADER), str(os.getpid()), *argv],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True, preexec_fn=_stop_with_parent,
-        )  # fmt: skip
-    pid_file = log_path.parent / layout.ENGINE_PID
-    _write_pid_file(pid_file, process.pid)
-    spawned = _Spawned(process)
-    try:
-        yield spawned
-    finally:
-        tree = spawned.tree()
-        spawned.note_shared_memory(tree)
-        stop_s = 0.0 if spawned.failed else settings.stop_timeout_s
-        terminate_group(process, stop_s, tree)  # raises if any survived
-        remove_leaked_shm(spawned.shared)
-        pid_file.unlink(missing_ok=True)  # kept when teardown failed: a resume reaps the group
-        _wait_released(settings, [p.pid for p in tree])
-        if port is not None and not wait_port_free(port, settings.host, timeout_s=5):
-            logger.warning("port %d is still bound after the engine's teardown", port)
-
-
-def _wait_released(settings: LaunchSettings, pids: list[int]) -> None:
-    """On GPU/NPU hosts, return once no device holds memory for the engine's processes."""
-    result = wait_released(settings.platform, pids, None, settings.release_timeout_s)
-    if not result.released:
-        holders = ", ".join(f"pid {h.pid} on {h.device}" for h in result.holders)
-        raise TeardownError(
-            f"device memory still held {settings.release_timeout_s:.0f} s after teardown "
-            f"({holders})"
-        )
-    if result.waited_s > 1:
-        logger.info("devices released the engine's memory after %.1f s", result.waited_s)
-
-
-_PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-
-
-def _stop_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to send SIGHUP to the group leader (`_leader.py`) when the tuner dies, even by
-    SIGKILL; the leader then ends the whole group.
-
-    Linux sends it when the *thread* that started the engine exits: start an engine from a
-    thread that lives at least as long as the engine (the launcher's caller does).
-    """
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
-
-
-def _write_pid_file(path: Path, pid: int) -> None:
-    try:
-        created = psutil.Process(pid).create_time()
-    except psutil.Error:
-        return
-    path.write_text(json.dumps({"pgid": pid, "create_time": created}))
-
-
-def reap_stale_engine(trial_dir: Path, stop_timeout_s: float = 20.0) -> bool:
-    """End the engine that a killed tuner left running for `trial_dir`, if any.
-
-    The process group recorded in `engine.pid` is ended only if its leader is still the process
-    that was started (same creation time), so a reused pid is never signalled.
-    """
-    pid_file = trial_dir / layout.ENGINE_PID
-    try:
-        record = json.loads(pid_file.read_text())
-        leader = psutil.Process(int(record["pgid"]))
-        same = abs(leader.create_time() - float(record["create_time"])) < 0.01
-    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
-        pid_file.unlink(missing_ok=True)
-        return False
-    if not same:
-        pid_file.unlink(missing_ok=True)
-        return False
-    logger.warning("ending engine %d left running by an earlier tuner", leader.pid)
-    tree = _tree(leader.pid) or [leader]
-    shared = shm_used_by(p.pid for p in tree)
-    _signal_group(leader.pid, signal.SIGTERM)
-    _, alive = psutil.wait_procs(tree, timeout=stop_timeout_s)
-    _signal_group(leader.pid, signal.SIGKILL)
-    for proc in alive:
-        _kill(proc)
-    psutil.wait_procs(alive, timeout=5)
-    remove_leaked_shm(shared)
-    pid_file.unlink(missing_ok=True)
-    return True
 
 
 def _wait_ready(
@@ -419,13 +257,13 @@ def _wait_ready(
         while True:
             settings.check_cancel()
             if process.poll() is not None:
-                return classify_exit(process.poll(), _read(watch.path), TrialStatus.CRASH)
+                return classify_exit(process.poll(), read_log(watch.path), TrialStatus.CRASH)
             if watch.fatal() is not None:
                 with suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=settings.fatal_grace_s)  # let it finish its log
-                return classify_exit(process.poll(), _read(watch.path), TrialStatus.CRASH)
+                return classify_exit(process.poll(), read_log(watch.path), TrialStatus.CRASH)
             if clock() - started > settings.startup_timeout_s:
-                failure = classify_exit(None, _read(watch.path), TrialStatus.STARTUP_TIMEOUT)
+                failure = classify_exit(None, read_log(watch.path), TrialStatus.STARTUP_TIMEOUT)
                 reason = f"not ready after {settings.startup_timeout_s:.0f} s"
                 return Failure(TrialStatus.STARTUP_TIMEOUT, reason, failure.log_tail)
             try:
@@ -434,89 +272,3 @@ def _wait_ready(
             except httpx.HTTPError:
                 pass
             time.sleep(settings.poll_interval_s)
-
-
-def terminate_group(
-    process: subprocess.Popen[bytes],
-    stop_timeout_s: float,
-    tree: list[psutil.Process] | None = None,
-) -> None:
-    """End the engine's whole process tree and check that nothing survived.
-
-    SIGTERM to the group first, and time for every member to exit (vLLM's engine core and
-    workers shut down cleanly and unlink their shared memory, even when the server itself is
-    already dead); SIGKILL to the group and to any recorded descendant that left it after
-    `stop_timeout_s` (at once when it is 0: for an engine that already failed); then wait until
-    every one of them is gone.
-    """
-    pgid = process.pid
-    tree = _tree(process.pid) if tree is None else tree
-    others = _unique([p for p in tree if p.pid != pgid] + group_members(pgid), exclude=pgid)
-    alive = others
-    if stop_timeout_s > 0:
-        _signal_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + stop_timeout_s
-        with suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=stop_timeout_s)
-        _, alive = psutil.wait_procs(others, timeout=max(0.0, deadline - time.monotonic()))
-        if process.poll() is None or alive:
-            logger.warning("engine %d ignored SIGTERM for %.0f s; killing", pgid, stop_timeout_s)
-    _signal_group(pgid, signal.SIGKILL)
-    for proc in alive:
-        _kill(proc)
-    if process.poll() is None:
-        process.wait(timeout=10)
-    _, alive = psutil.wait_procs(alive, timeout=10)
-    late = group_members(pgid)  # started after the first look, or slow to die
-    for proc in late:
-        _kill(proc)
-    _, late = psutil.wait_procs(late, timeout=5)
-    survivors = alive + late
-    if survivors:
-        pids = sorted({p.pid for p in survivors})
-        raise TeardownError(f"engine processes survived teardown: {pids}")
-
-
-def _unique(procs: list[psutil.Process], exclude: int) -> list[psutil.Process]:
-    seen: dict[int, psutil.Process] = {}
-    for proc in procs:
-        if proc.pid != exclude:
-            seen.setdefault(proc.pid, proc)
-    return list(seen.values())
-
-
-def group_members(pgid: int) -> list[psutil.Process]:
-    """Live processes in process group `pgid` (zombies excluded)."""
-    members = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                members.append(proc)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return members
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _kill(proc: psutil.Process) -> None:
-    with suppress(psutil.Error):
-        proc.kill()
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""

@@ -1,13 +1,13 @@
 """Run one offline (batch) trial: `vllm.LLM` generating the workload's prompts as one batch.
 
 The child program (`_offline_main.py`, or `LaunchSettings.offline_command`) runs with the same
-guarantees as a server engine, through the same `_spawn`: its own process group under the
-supervisor `_leader.py` (which ends the group if the tuner dies), `engine.pid`, its log in the
-trial folder, teardown of the whole tree with a survivor check, leaked shared memory removed,
-and on GPU/NPU hosts a wait until the devices release the tree's memory. While it runs, the
-parent watches for a cancel, a fatal line in the log, the start-up and generation deadlines,
-and samples the tree's peak memory. Failures are classified from the exit status and the log,
-as for a server.
+guarantees as a server engine, through the same `spawn` of `_supervise.py`: its own process
+group under the supervisor `_leader.py` (which ends the group if the tuner dies), `engine.pid`,
+its log in the trial folder, teardown of the whole tree with a survivor check, leaked shared
+memory removed, and on GPU/NPU hosts a wait until the devices release the tree's memory. While
+it runs, the parent watches for a cancel, a fatal line in the log, the start-up and generation
+deadlines, and samples the tree's peak memory. Failures are classified from the exit status and
+the log, as for a server.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from typing import Any
 import psutil
 
 from autotune import layout
-from autotune.bench._records import RequestRecord
-from autotune.bench._workload import RequestSpec
+from autotune.bench import RequestRecord, RequestSpec
 from autotune.devices import (
     NPU_SMI_INFO,
     NVIDIA_APPS_QUERY,
@@ -41,19 +40,10 @@ from autotune.engine._args import env_file_text, to_yaml_text
 from autotune.engine._config import EngineConfig
 from autotune.engine._facts import EngineFacts, parse_facts
 from autotune.engine._failures import Failure, classify_exit
-from autotune.engine._launcher import (
-    EngineError,
-    LaunchSettings,
-    LogWatch,
-    _read,
-    _spawn,
-    _Spawned,
-    _substitute,
-    engine_env,
-    resolve_env,
-)
+from autotune.engine._launcher import EngineError, LaunchSettings, engine_env, resolve_env
 from autotune.engine._offline_main import READY_MARK
 from autotune.engine._options import SERVER_OPTIONS
+from autotune.engine._supervise import LogWatch, Spawned, read_log, spawn, substitute
 from autotune.status import TrialStatus
 
 logger = logging.getLogger(__name__)
@@ -103,7 +93,7 @@ def build_offline_command(
     argv = shlex.split(template)
     values = {"{config}": str(config_path), "{prompts}": str(prompts_path), "{out}": str(out_path)}
     if any(ph in template for ph in _PLACEHOLDERS):
-        return [_substitute(arg, values) for arg in argv]
+        return [substitute(arg, values) for arg in argv]
     flags = ("--config", "{config}"), ("--prompts", "{prompts}"), ("--out", "{out}")
     return argv + [arg for flag, ph in flags for arg in (flag, values[ph])]
 
@@ -133,7 +123,7 @@ def run_offline(
     paths = _write_inputs(config, settings, trial_dir, prompts)
     argv = build_offline_command(settings, paths.config, paths.prompts, paths.result)
     started = clock()
-    with _spawn(argv, engine_env(config, settings), paths.log, settings) as spawned:
+    with spawn(argv, engine_env(config, settings), paths.log, settings) as spawned:
         run = _Run(spawned, settings, paths, deadline_s, clock, started)
         failure = run.wait()
         if failure is not None:
@@ -151,7 +141,7 @@ def run_offline(
         records=_records(outcome),
         peak_memory_bytes=run.memory.peak,
         wall_s=wall_s,
-        facts=parse_facts(_read(paths.log)),
+        facts=parse_facts(read_log(paths.log)),
         cuda_max_memory_reserved_bytes=outcome.get("cuda_max_memory_reserved_bytes"),
     )
 
@@ -207,7 +197,7 @@ class _Run:
 
     def __init__(
         self,
-        spawned: _Spawned,
+        spawned: Spawned,
         settings: LaunchSettings,
         paths: _Paths,
         deadline_s: float | None,
@@ -247,7 +237,7 @@ class _Run:
             time.sleep(self.settings.poll_interval_s)
 
     def _exited(self, code: int) -> Failure | None:
-        log = _read(self.paths.log)
+        log = read_log(self.paths.log)
         if code == 0 and self.paths.result.exists():
             return None
         failure = classify_exit(code, log, TrialStatus.CRASH)
@@ -261,7 +251,7 @@ class _Run:
             return None
         with suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=self.settings.fatal_grace_s)  # let it finish its log
-        return classify_exit(self.process.poll(), _read(self.paths.log), TrialStatus.CRASH)
+        return classify_exit(self.process.poll(), read_log(self.paths.log), TrialStatus.CRASH)
 
     def _overdue(self) -> Failure | None:
         now = self.clock()
@@ -279,7 +269,7 @@ class _Run:
         return self._timeout(TrialStatus.HANG, reason)
 
     def _timeout(self, kind: TrialStatus, reason: str) -> Failure:
-        tail = classify_exit(None, _read(self.paths.log), kind).log_tail
+        tail = classify_exit(None, read_log(self.paths.log), kind).log_tail
         return Failure(kind, reason, tail)
 
     def _saw_ready(self) -> bool:
@@ -312,7 +302,7 @@ class PeakMemory:
 
     def __init__(
         self,
-        spawned: _Spawned,
+        spawned: Spawned,
         platform: str,
         *,
         run: Runner = run_tool,

@@ -9,11 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,11 +23,9 @@ from support import FAKE_COMMAND, fake_settings, processes_mentioning
 from autotune.bench import LoadProfile, RequestSpec
 from autotune.engine import (
     EngineConfig,
-    EngineError,
-    launch,
     port_is_free,
 )
-from autotune.engine._launcher import _write_pid_file, reap_stale_engine
+from autotune.engine._supervise import LEADER, reap_stale_engine, write_pid_file
 from autotune.layout import ENGINE_PID as PID_FILE
 from autotune.status import TrialStatus
 from autotune.study import Measurement, Workplan, measure
@@ -90,33 +86,6 @@ def test_engine_that_hangs_mid_stream_is_a_hang(tmp_path: Path) -> None:
     assert "no token streamed for" in result.reason
     assert time.monotonic() - started < 15  # hang_s is 1 s: not the 300 s request timeout
     assert_cleared(trial, (trial / "engine.log").read_text().splitlines()[0])
-
-
-def test_fatal_log_line_is_acted_on_before_the_process_exits(tmp_path: Path) -> None:
-    """vLLM's parent can linger after its engine core failed: the log says so first."""
-    script = tmp_path / "dying.py"
-    script.write_text(
-        textwrap.dedent(
-            """\
-            import sys, time
-            print("(EngineCore pid=7) ERROR EngineCore failed to start.", flush=True)
-            print("(EngineCore pid=7) ERROR ValueError: Available memory on node 0 (8.14/9.46 "
-                  "GiB) on kv cache allocation is less than requested memory for kv (100.0 GiB).",
-                  flush=True)
-            time.sleep(60)
-            """
-        )
-    )
-    command = "{python} " + shlex.quote(str(script))
-    started = time.monotonic()
-    with (
-        pytest.raises(EngineError) as info,
-        launch(CONFIG, settings(tmp_path, command=command), tmp_path / "t"),
-    ):
-        pytest.fail("a failed engine must not be yielded")
-    assert time.monotonic() - started < 8  # grace 2 s + SIGTERM, not the 60 s sleep
-    assert info.value.failure.kind is TrialStatus.OOM
-    assert "Available memory on node 0" in info.value.failure.reason
 
 
 def test_oom_above_a_kv_size_is_classified_from_vllms_own_message(tmp_path: Path) -> None:
@@ -202,7 +171,7 @@ def test_reap_ends_an_engine_left_by_a_killed_tuner(tmp_path: Path) -> None:
         [sys.executable, fake, "--config", str(config), "--port", "0"],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
     )  # fmt: skip
-    _write_pid_file(trial / PID_FILE, orphan.pid)
+    write_pid_file(trial / PID_FILE, orphan.pid)
     deadline = time.monotonic() + 10
     while not shm_names((trial / "engine.log").read_text()) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -229,8 +198,6 @@ def test_reap_never_signals_a_reused_pid(tmp_path: Path) -> None:
 )
 def test_group_leader_exits_as_the_server_did(command: str, code: int) -> None:
     """The launcher classifies a death from the exit status: the leader must pass it on."""
-    from autotune.engine._launcher import LEADER
-
     leader = subprocess.Popen(
         [sys.executable, str(LEADER), str(os.getpid()), "bash", "-c", command],
         start_new_session=True,  # as the launcher starts it: its group is its own
