@@ -24,7 +24,7 @@ from autotune.devices._nvidia import (
     parse_nvidia_apps,
     parse_nvidia_gpus,
 )
-from autotune.devices._pool import DevicePool, Lease, check_parallel
+from autotune.devices._pool import DevicePool, Lease
 from autotune.devices._records import DeviceMemory, DeviceProcess, SmiParseError
 from autotune.devices._release import ReleaseResult, run_tool, wait_released
 from autotune.devices._selection import (
@@ -56,7 +56,6 @@ __all__ = [
     "ReleaseResult",
     "SmiParseError",
     "Topology",
-    "check_parallel",
     "cpu_memory",
     "device_memory",
     "discover",

@@ -1,4 +1,4 @@
-"""Handing disjoint device sets to trials that run at once, and whether a TP x PP config fits.
+"""Handing disjoint device sets to trials that run at once.
 
 `DevicePool.acquire(n)` blocks until n devices are free and returns a `Lease` of the nearest n
 (by topology, then NUMA node, then consecutive ids; see `nearest_set`). Requests are served in
@@ -161,18 +161,6 @@ class DevicePool:
             self._free.update(ids)
             self._cond.notify_all()
 
-    def feasible(
-        self,
-        tensor_parallel_size: int,
-        pipeline_parallel_size: int = 1,
-        heads: int | None = None,
-        kv_heads: int | None = None,
-    ) -> str | None:
-        """Why a TP x PP config cannot run on this pool; None when it can (`check_parallel`)."""
-        return check_parallel(
-            tensor_parallel_size, pipeline_parallel_size, self.size, heads, kv_heads
-        )
-
     def _groups(self) -> dict[int, Hashable]:
         """Each device's NUMA node, else its CPU affinity in the topology, where known."""
         groups: dict[int, Hashable] = {}
@@ -185,35 +173,3 @@ class DevicePool:
             if group is not None:
                 groups[device_id] = group
         return groups
-
-
-def check_parallel(
-    tensor_parallel_size: int,
-    pipeline_parallel_size: int,
-    devices: int,
-    heads: int | None = None,
-    kv_heads: int | None = None,
-) -> str | None:
-    """Why TP x PP cannot run on `devices` devices for a model with `heads` attention heads and
-    `kv_heads` KV heads (both optional); None when it can.
-
-    The rules are those of `autotune.space.check_constraints` (tp * pp <= devices; tp divides
-    the heads, and divides or is a multiple of the KV heads).
-    """
-    # Imported here: autotune.space imports autotune.engine, which imports this package.
-    from autotune.space import ModelInfo, check_constraints
-
-    tp, pp = tensor_parallel_size, pipeline_parallel_size
-    if tp < 1 or pp < 1:
-        return f"tensor_parallel_size ({tp}) and pipeline_parallel_size ({pp}) must be >= 1"
-    model = None
-    if heads is not None:
-        # Only the head counts matter to these rules; the other sizes are placeholders.
-        kv = kv_heads if kv_heads is not None else heads
-        model = ModelInfo.model_validate(
-            {"num_attention_heads": heads, "num_key_value_heads": kv, "hidden_size": heads,
-             "num_hidden_layers": 1}
-        )  # fmt: skip
-    options = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp}
-    problems = check_constraints(options, model, devices=devices)
-    return "; ".join(problems) or None

@@ -107,8 +107,9 @@ class ModelInfo(BaseModel):
 
 
 @dataclass(frozen=True)
-class _Setting:
-    """Options with vLLM's defaults, as the rules see them."""
+class Setting:
+    """Options with vLLM's defaults, as the rules and the memory estimate (`_memory.py`) see
+    them. Shared within this package only; not exported."""
 
     options: dict[str, Any]
     model: ModelInfo | None
@@ -140,17 +141,17 @@ class _Setting:
         return default
 
 
-Rule = Callable[[_Setting], str | None]
+Rule = Callable[[Setting], str | None]
 
 
-def _batched_vs_seqs(s: _Setting) -> str | None:
+def _batched_vs_seqs(s: Setting) -> str | None:
     tokens, seqs = s.max_num_batched_tokens, int(s.get("max_num_seqs"))
     if tokens < seqs:
         return f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs})"
     return None
 
 
-def _batched_vs_model_len(s: _Setting) -> str | None:
+def _batched_vs_model_len(s: Setting) -> str | None:
     length = s.max_model_len
     if s.get("enable_chunked_prefill") or length is None:
         return None
@@ -162,7 +163,7 @@ def _batched_vs_model_len(s: _Setting) -> str | None:
     return None
 
 
-def _model_len_vs_positions(s: _Setting) -> str | None:
+def _model_len_vs_positions(s: Setting) -> str | None:
     length = s.options.get("max_model_len")
     limit = s.model.max_position_embeddings if s.model else None
     if length is not None and limit is not None and int(length) > limit:
@@ -170,10 +171,17 @@ def _model_len_vs_positions(s: _Setting) -> str | None:
     return None
 
 
-def _tp_vs_heads(s: _Setting) -> str | None:
-    if s.model is None:
-        return None
+def _parallel_sizes_positive(s: Setting) -> str | None:
+    tp, pp = int(s.get("tensor_parallel_size")), int(s.get("pipeline_parallel_size"))
+    if tp < 1 or pp < 1:
+        return f"tensor_parallel_size ({tp}) and pipeline_parallel_size ({pp}) must be >= 1"
+    return None
+
+
+def _tp_vs_heads(s: Setting) -> str | None:
     tp = int(s.get("tensor_parallel_size"))
+    if s.model is None or tp < 1:  # tp < 1: `parallel_sizes_positive` says so
+        return None
     heads, kv = s.model.num_attention_heads, s.model.num_key_value_heads
     if heads % tp:
         return f"tensor_parallel_size ({tp}) must divide num_attention_heads ({heads})"
@@ -182,7 +190,7 @@ def _tp_vs_heads(s: _Setting) -> str | None:
     return None
 
 
-def _parallel_vs_devices(s: _Setting) -> str | None:
+def _parallel_vs_devices(s: Setting) -> str | None:
     tp, pp = int(s.get("tensor_parallel_size")), int(s.get("pipeline_parallel_size"))
     if tp * pp > s.devices:
         return (
@@ -192,14 +200,14 @@ def _parallel_vs_devices(s: _Setting) -> str | None:
     return None
 
 
-def _cpu_block_size(s: _Setting) -> str | None:
+def _cpu_block_size(s: Setting) -> str | None:
     block = s.options.get("block_size")
     if s.platform == "cpu" and block is not None and int(block) % 32:
         return f"block_size ({block}) must be a multiple of 32 on CPU"
     return None
 
 
-def _kv_cache_fits_request(s: _Setting) -> str | None:
+def _kv_cache_fits_request(s: Setting) -> str | None:
     kv_bytes, length = s.options.get("kv_cache_memory_bytes"), s.max_model_len
     if kv_bytes is None or length is None or s.model is None:
         return None
@@ -218,14 +226,14 @@ def _kv_cache_fits_request(s: _Setting) -> str | None:
     return None
 
 
-def _memory_utilization(s: _Setting) -> str | None:
+def _memory_utilization(s: Setting) -> str | None:
     share = s.options.get("gpu_memory_utilization")
     if share is not None and not 0 < float(share) <= 1:
         return f"gpu_memory_utilization ({share}) must be in (0, 1]"
     return None
 
 
-def _eager_vs_graph_mode(s: _Setting) -> str | None:
+def _eager_vs_graph_mode(s: Setting) -> str | None:
     # VllmConfig sets cudagraph_mode to NONE under enforce_eager: every graph mode then runs
     # the engine of `enforce_eager` alone, which the study measures once, without a mode.
     compilation = s.options.get("compilation_config")
@@ -243,6 +251,7 @@ RULES: dict[str, Rule] = {
     "batched_tokens_vs_seqs": _batched_vs_seqs,
     "batched_tokens_vs_model_len": _batched_vs_model_len,
     "model_len_vs_positions": _model_len_vs_positions,
+    "parallel_sizes_positive": _parallel_sizes_positive,
     "tp_vs_heads": _tp_vs_heads,
     "parallel_vs_devices": _parallel_vs_devices,
     "cpu_block_size": _cpu_block_size,
@@ -260,5 +269,5 @@ def check_constraints(
     Absent options take vLLM's defaults for `platform`; rules that need the model are skipped
     when `model` is None (a hub name rather than a local folder).
     """
-    setting = _Setting(options=options, model=model, devices=devices, platform=platform)
+    setting = Setting(options=options, model=model, devices=devices, platform=platform)
     return [msg for rule in RULES.values() if (msg := rule(setting)) is not None]

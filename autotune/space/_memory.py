@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.space._constraints import ModelInfo, _Setting, dtype_bytes
+from autotune.space._constraints import ModelInfo, Setting, dtype_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def estimate_memory(
     """
     if model is None or total_bytes <= 0:
         return None
-    s = _Setting(options=options, model=model, devices=devices, platform=platform)
+    s = Setting(options=options, model=model, devices=devices, platform=platform)
     tp, pp = int(s.get("tensor_parallel_size")), int(s.get("pipeline_parallel_size"))
     workers = max(1, tp * pp)
     weights, activation, act_bytes = _worker_usage(s, model, model_path)
@@ -208,12 +208,12 @@ def allocated_bytes(
     explicit_kv = _int_or_none(options.get("kv_cache_memory_bytes"))
     if model is None or explicit_kv is None:
         return None
-    s = _Setting(options=options, model=model, devices=1, platform=platform)
+    s = Setting(options=options, model=model, devices=1, platform=platform)
     weights, activation, _ = _worker_usage(s, model, model_path)
     return weights + explicit_kv + activation
 
 
-def _worker_usage(s: _Setting, model: ModelInfo, model_path: Path | None) -> tuple[int, int, int]:
+def _worker_usage(s: Setting, model: ModelInfo, model_path: Path | None) -> tuple[int, int, int]:
     """(weights per worker, activations' lower bound, activation dtype bytes) of a config."""
     workers = max(1, int(s.get("tensor_parallel_size")) * int(s.get("pipeline_parallel_size")))
     dtype = s.options.get("dtype")
@@ -298,7 +298,7 @@ def _accelerator(b: _Budget, weights: int, activation: int) -> tuple[int, int, s
     return kv, needed, problem
 
 
-def _cudagraph_lower_bound(s: _Setting, model: ModelInfo, act_bytes: int) -> int:
+def _cudagraph_lower_bound(s: Setting, model: ModelInfo, act_bytes: int) -> int:
     """CUDA / ACL graph memory, counted by vLLM unless eager: the largest graph's layer buffers.
 
     `capture * hidden * 2 * act_bytes`, where capture is max_cudagraph_capture_size (default

@@ -15,7 +15,6 @@ from autotune.devices import (
     DevicePool,
     Inventory,
     Lease,
-    check_parallel,
     discover,
     parse_topology,
     split_cpu,
@@ -155,31 +154,6 @@ def test_misuse_is_refused() -> None:
         DevicePool([0, 0], platform="cuda")
     with pytest.raises(DeviceError, match="at least one device"):
         DevicePool(Inventory("cuda", []))
-
-
-@pytest.mark.parametrize(
-    ("tp", "pp", "heads", "kv", "problem"),
-    [
-        (8, 1, 32, 8, None),
-        (2, 4, 32, 8, None),
-        (16, 1, 32, 8, "pipeline_parallel_size (16 * 1) must be <= the devices given (8)"),
-        (4, 4, None, None, "(4 * 4) must be <= the devices given (8)"),
-        (3, 1, 32, 8, "tensor_parallel_size (3) must divide num_attention_heads (32)"),
-        (3, 1, 48, 8, "tensor_parallel_size (3) must divide or be a multiple of KV heads (8)"),
-        (4, 1, 32, 2, None),  # TP a multiple of the KV heads: KV heads are replicated
-        (0, 1, None, None, "tensor_parallel_size (0) and pipeline_parallel_size (1) must be >= 1"),
-    ],
-)  # fmt: skip
-def test_feasibility(
-    tp: int, pp: int, heads: int | None, kv: int | None, problem: str | None
-) -> None:
-    pool = DevicePool(range(8), platform="cuda")
-    found = pool.feasible(tp, pp, heads, kv)
-    if problem is None:
-        assert found is None
-    else:
-        assert found is not None and problem in found
-    assert found == check_parallel(tp, pp, 8, heads, kv)
 
 
 def test_no_device_is_held_twice_under_concurrent_use() -> None:

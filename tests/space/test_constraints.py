@@ -84,6 +84,7 @@ RULE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
         {},
     ),
     "memory_utilization_zero": ({"gpu_memory_utilization": 0.5}, {"gpu_memory_utilization": 0}, {}),
+    "parallel_sizes_positive": ({"tensor_parallel_size": 1}, {"tensor_parallel_size": 0}, {}),
 }
 
 
@@ -146,3 +147,38 @@ def test_without_model_only_model_independent_rules(tiny: ModelInfo) -> None:
     problems = check_constraints(options, None, devices=3, platform="cpu")
     assert problems == ["block_size (100) must be a multiple of 32 on CPU"]
     assert len(check_constraints(options, tiny, devices=3, platform="cpu")) == 4
+
+
+def heads_only(heads: int | None, kv: int | None) -> ModelInfo | None:
+    """A model of which only the head counts matter (the parallel rules read nothing else)."""
+    if heads is None:
+        return None
+    config = {"num_attention_heads": heads, "num_key_value_heads": kv, "hidden_size": heads}
+    return ModelInfo.model_validate({**config, "num_hidden_layers": 1})
+
+
+@pytest.mark.parametrize(
+    ("tp", "pp", "heads", "kv", "problem"),
+    [
+        (8, 1, 32, 8, None),
+        (2, 4, 32, 8, None),
+        (16, 1, 32, 8, "pipeline_parallel_size (16 * 1) must be <= the devices given (8)"),
+        (4, 4, None, None, "(4 * 4) must be <= the devices given (8)"),
+        (3, 1, 32, 8, "tensor_parallel_size (3) must divide num_attention_heads (32)"),
+        (3, 1, 48, 8, "tensor_parallel_size (3) must divide or be a multiple of KV heads (8)"),
+        (4, 1, 32, 2, None),  # TP a multiple of the KV heads: KV heads are replicated
+        (0, 1, None, None, "tensor_parallel_size (0) and pipeline_parallel_size (1) must be >= 1"),
+        (0, 1, 32, 8, "tensor_parallel_size (0) and pipeline_parallel_size (1) must be >= 1"),
+        (1, 0, 32, 8, "tensor_parallel_size (1) and pipeline_parallel_size (0) must be >= 1"),
+    ],
+)  # fmt: skip
+def test_parallel_config_on_eight_devices(
+    tp: int, pp: int, heads: int | None, kv: int | None, problem: str | None
+) -> None:
+    """TP x PP against the devices given and the model's attention and KV heads."""
+    options = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp}
+    problems = check_constraints(options, heads_only(heads, kv), devices=8)
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problem in problems[0], problems
