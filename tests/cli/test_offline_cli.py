@@ -29,6 +29,8 @@ def test_an_offline_study_scores_batches_by_tokens_per_second(
     tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object], monkeypatch
 ) -> None:
     monkeypatch.setenv("FAKE_OFFLINE_RSS_MB", "64")
+    # Held for several of the sampler's 0.25 s polls, so that a loaded host does not miss it.
+    monkeypatch.setenv("FAKE_OFFLINE_GENERATE_S", "1.0")
     argv = tune_argv(
         "off", "--scenario", "offline", "--trials", "3", "--spec", offline_spec(tmp_path),
         "--objective", "output_throughput:max", "--objective", "peak_memory_gib:min",
