@@ -11,8 +11,8 @@ import yaml
 
 from autotune.engine import env_file_text
 from autotune.host import hardware_line, serve_command
+from autotune.selection import CONFIRM_ATTR, confirmed_winner, pick, study_objectives
 from autotune.store import TrialRecord
-from autotune.study import CONFIRM_ATTR, confirmed_winner, pick, study_objectives
 
 CONFIRMED = "confirmed winner: median minus spread over alternating re-runs"
 

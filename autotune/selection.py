@@ -1,4 +1,6 @@
-"""Which measured trials are best: the feasible Pareto front and the user's pick from it."""
+"""Which measured trials are best: the feasible Pareto front, the user's pick from it, and
+the confirm step's winner. Pure functions over stored trials: `export`, `show` and the
+dashboard use them without the study machinery."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from autotune.store import TrialRecord
 
 Pick = Literal["max-throughput", "min-ttft", "min-tpot", "knee"]
 PICKS: tuple[str, ...] = ("max-throughput", "min-ttft", "min-tpot", "knee")
+CONFIRM_ATTR = "confirm"  # the study attribute the confirm step keeps its result in
 
 
 class SelectionError(Exception):
@@ -106,3 +109,12 @@ def _by_number(trials: Sequence[TrialRecord], number: int) -> TrialRecord:
 def baseline(trials: Sequence[TrialRecord]) -> TrialRecord | None:
     """The measured baseline trial (vLLM's defaults), if there is one."""
     return next((t for t in trials if t.role == "baseline" and t.measured), None)
+
+
+def confirmed_winner(attrs: dict[str, Any]) -> int | None:
+    """The trial the finished confirm step chose, if the study has one."""
+    confirm = attrs.get(CONFIRM_ATTR)
+    if not isinstance(confirm, dict) or "finished" not in confirm:
+        return None
+    winner = confirm.get("winner")
+    return int(winner) if isinstance(winner, int) else None

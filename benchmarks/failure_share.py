@@ -39,7 +39,7 @@ from autotune.engine import LaunchSettings
 from autotune.space import load_space
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore
-from autotune.study import StudyRunner, Workplan, measure
+from autotune.study import Harness, StudyRunner, Workplan, measure
 
 ARMS = ("naive", "learned", "estimated")
 STEP_MIB = 256
@@ -88,13 +88,16 @@ def run_arm(
     )
     device = DeviceMemory("cpu:as-limit", total_bytes=limit, available_bytes=limit)
     store = StudyStore(spec.storage_url)
-    runner = StudyRunner(
+    harness = Harness(
         spec,
         space,
-        store,
         lambda config, trial_dir: measure(config, trial_dir, plan, settings),
-        on_event=event_printer(Console(highlight=False)),
         device_memory=(lambda: device) if arm == "estimated" else (lambda: None),
+    )
+    runner = StudyRunner(
+        harness,
+        store,
+        event_printer(Console(highlight=False)),
         learn_failures=arm != "naive",
     )
     result = runner.run()

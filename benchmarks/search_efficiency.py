@@ -60,6 +60,7 @@ from autotune.spec import SpecError, TuneSpec, parse_objectives, parse_pairs
 from autotune.store import StudyStore
 from autotune.study import (
     Event,
+    Harness,
     Judge,
     Measurement,
     StudyError,
@@ -297,7 +298,8 @@ def run_study(
         def memory() -> DeviceMemory | None:  # for the estimate, as `autotune tune` does
             return device_memory(space.platform)
 
-        runner = StudyRunner(spec, space, store, from_table, on_event, device_memory=memory)
+        harness = Harness(spec, space, from_table, device_memory=memory)
+        runner = StudyRunner(harness, store, on_event)
         try:
             result = runner.run()
         except StudyError as exc:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,10 +13,11 @@ import typer
 from rich.console import Console
 
 from autotune.bench import WorkloadError
+from autotune.selection import SelectionError
 from autotune.space import SpaceError
 from autotune.spec import SpecError
-from autotune.store import StorageError, StudyStore, default_storage_url
-from autotune.study import SelectionError, StudyError
+from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url
+from autotune.study import StudyError
 
 
 def _console(stderr: bool = False) -> Console:
@@ -80,4 +83,38 @@ def storage_url(study: str, storage: str | None, root: Path) -> str:
 
 
 def open_store(study: str, storage: str | None, root: Path) -> StudyStore:
-    return StudyStore(storage_url(study, storage, root), create=False)
+    """The store of an existing study, for commands that read it (or join it)."""
+    return StudyStore(storage_url(study, storage, root), create=False, settings=store_settings())
+
+
+def open_tuning_store(url: str) -> StudyStore:
+    """The store a study is tuned in (created if it is a new SQLite file)."""
+    return StudyStore(url, settings=store_settings())
+
+
+def store_settings() -> StoreSettings:
+    """`AUTOTUNE_SQLITE_TIMEOUT_S` and `AUTOTUNE_HEARTBEAT_S`, read here, at the edge."""
+    values = {
+        "sqlite_timeout_s": _seconds("AUTOTUNE_SQLITE_TIMEOUT_S"),
+        "heartbeat_s": _seconds("AUTOTUNE_HEARTBEAT_S"),
+    }
+    return StoreSettings(**{k: v for k, v in values.items() if v is not None})
+
+
+def worker_host() -> str:
+    """This worker's host as trials record it: `AUTOTUNE_WORKER_HOST` if set (a pod on a
+    shared node, a test that plays two machines), else the host name."""
+    return os.environ.get("AUTOTUNE_WORKER_HOST") or socket.gethostname()
+
+
+def _seconds(name: str) -> float | None:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise InputError(f"{name}={value!r}: expected a number of seconds > 0")
+    return seconds

@@ -18,8 +18,9 @@ from autotune.cli._common import (
     err_console,
     open_store,
     setup_logging,
+    worker_host,
 )
-from autotune.cli._tune import check_model, machinery, sigterm_as_interrupt
+from autotune.cli._tune import check_model, sigterm_as_interrupt
 from autotune.engine import installed_vllm_version
 from autotune.export import choose_export
 from autotune.spec import TuneSpec, load_spec
@@ -28,8 +29,8 @@ from autotune.study import (
     SPEC_ATTR,
     ProfileError,
     ProfilePlan,
+    build_harness,
     profile_config,
-    trial_engine_config,
 )
 
 
@@ -62,15 +63,16 @@ def profile(
         number = _chosen_trial(store, study, trial)
         record = _trial_record(store.trials(study), study, number)
         check_model(spec.model)
-        m = machinery(spec)
+        harness = build_harness(spec, lanes=False, host=worker_host())
+        assert harness.plan is not None and harness.settings is not None
         plan = ProfilePlan(
-            warmup=m.plan.warmup,
-            requests=m.plan.requests[:requests],
+            warmup=harness.plan.warmup,
+            requests=harness.plan.requests[:requests],
             load=spec.load,
             hang_s=spec.engine.hang_timeout_s,
             deadline_s=spec.engine.benchmark_timeout_s,
         )
-        config = trial_engine_config(spec, m.space, record.params)
+        config = harness.engine_config(record.params)
         folder = layout.profile_dir(spec.study_dir, number)
         version = installed_vllm_version()
         console.print(
@@ -79,7 +81,7 @@ def profile(
         )
         try:
             with sigterm_as_interrupt():
-                summary = profile_config(config, plan, m.settings, folder, number, version)
+                summary = profile_config(config, plan, harness.settings, folder, number, version)
         except ProfileError as exc:
             err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
             raise typer.Exit(1) from None

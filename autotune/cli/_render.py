@@ -8,20 +8,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from autotune.status import TrialStatus
-from autotune.store import TrialRecord, study_records
-from autotune.study import (
+from autotune.selection import (
     CONFIRM_ATTR,
-    Event,
-    StudyResult,
-    TrialFinished,
-    TrialSkipped,
-    TrialStarted,
     baseline,
     confirmed_winner,
     pareto_front,
     study_objectives,
 )
+from autotune.status import TrialStatus
+from autotune.store import TrialRecord, study_records
+from autotune.study import Event, StudyResult, TrialFinished, TrialSkipped, TrialStarted
 
 
 def event_printer(console: Console) -> Callable[[Event], None]:

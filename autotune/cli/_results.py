@@ -10,7 +10,7 @@ import typer
 from autotune.cli._common import cli_errors, console, open_store
 from autotune.cli._render import print_front
 from autotune.export import choose_export, export_trial
-from autotune.study import PICKS
+from autotune.selection import PICKS
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
 RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]

@@ -3,33 +3,35 @@
 from __future__ import annotations
 
 import signal
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
 
 import typer
 
-from autotune.bench import WorkloadError, build_requests
 from autotune.cli._baseline import read_baseline, with_baseline
-from autotune.cli._common import InputError, cli_errors, console, open_store, setup_logging
+from autotune.cli._common import (
+    InputError,
+    cli_errors,
+    console,
+    open_store,
+    open_tuning_store,
+    setup_logging,
+    worker_host,
+)
 from autotune.cli._render import event_printer, print_confirm, print_front, print_summary
-from autotune.devices import DeviceError, DevicePool, device_memory, format_device_list, plan_lanes
-from autotune.engine import EngineConfig, LaunchSettings
-from autotune.space import SearchSpace, load_space
+from autotune.devices import DevicePool, format_device_list
 from autotune.spec import TuneSpec, load_spec, parse_objectives, parse_pairs
 from autotune.store import StudyStore, redact
 from autotune.study import (
     SPEC_ATTR,
     Confirmer,
-    Judge,
+    Harness,
     Measurement,
     StudyRunner,
-    Workplan,
-    measure,
+    build_harness,
 )
 
 # Options of every command that runs trials on this machine's devices.
@@ -153,7 +155,7 @@ def worker(
     """
     setup_logging(verbose)
     with cli_errors():
-        shared = StudyStore(storage, create=False).study_attrs(study).get(SPEC_ATTR)
+        shared = open_store(study, storage, root).study_attrs(study).get(SPEC_ATTR)
         if not isinstance(shared, dict):
             raise InputError(
                 f"study {study!r} has no stored spec (it was not created by `autotune tune` "
@@ -238,81 +240,18 @@ def check_model(model: str) -> None:
         raise InputError(f"model path {model} has no config.json{hint}")
 
 
-@dataclass
-class Machinery:
-    """What runs a study's trials on this machine, built once from its spec."""
-
-    space: SearchSpace
-    plan: Workplan
-    settings: LaunchSettings
-    cancel: threading.Event
-    requests_per_run: int
-
-    def measure(
-        self, config: EngineConfig, trial_dir: Path, judge: Judge | None = None
-    ) -> Measurement:
-        return measure(config, trial_dir, self.plan, self.settings, judge=judge)
-
-
-def machinery(spec: TuneSpec) -> Machinery:
-    """The space, the workload plan and the launch settings of `spec` on this machine."""
-    space = load_space(spec.space)
-    try:
-        warmup, requests = build_requests(spec.workload, spec.model)
-    except WorkloadError as exc:
-        raise InputError(f"workload: {exc}") from None
-    plan = Workplan(
-        warmup,
-        requests,
-        spec.load,
-        spec.slos,
-        spec.max_error_rate,
-        hang_s=spec.engine.hang_timeout_s,
-        deadline_s=spec.engine.benchmark_timeout_s,
-        capacity=spec.capacity,
-        repeats=spec.repeats,
-        scenario=spec.scenario,
-    )
-    cancel = threading.Event()
-    settings = LaunchSettings(
-        command=spec.engine.command,
-        offline_command=spec.engine.offline_command,
-        startup_timeout_s=spec.engine.startup_timeout_s,
-        cache_dir=spec.root / ".cache",
-        cores=spec.engine.cores,
-        platform=space.platform,
-        cancel=cancel,
-    )
-    return Machinery(space, plan, settings, cancel, len(requests))
-
-
 def run_tune(spec: TuneSpec, join: bool = False) -> None:
     """Run the study of `spec`, printing progress and, at the end, the Pareto front. `join`:
     as one of several workers of a study that exists (`autotune worker`)."""
-    m = machinery(spec)
-    try:
-        pool, lanes = plan_lanes(m.space.platform, spec.parallel, spec.devices)
-    except DeviceError as exc:
-        raise InputError(str(exc)) from None
-    store = StudyStore(spec.storage_url)
-    at_once = f", {lanes} at a time on {_ids(pool)}" if pool is not None else ""
+    harness = build_harness(spec, host=worker_host())
+    store = open_tuning_store(spec.storage_url)
+    pool = harness.pool
+    at_once = f", {harness.lanes} at a time on {_ids(pool)}" if pool is not None else ""
     console.print(
-        f"study [bold]{spec.study}[/]: {spec.trials} trials of space {m.space.name!r} "
+        f"study [bold]{spec.study}[/]: {spec.trials} trials of space {harness.space.name!r} "
         f"on {spec.model}{at_once}; store {redact(spec.storage_url)}"
     )
-    runner = StudyRunner(
-        spec,
-        m.space,
-        store,
-        m.measure,
-        on_event=event_printer(console),
-        device_memory=lambda: device_memory(m.space.platform),
-        pool=pool,
-        lanes=lanes,
-        cancel=m.cancel,
-        join=join,
-        requests_per_run=m.requests_per_run,
-    )
+    runner = StudyRunner(harness, store, event_printer(console), join=join)
     with sigterm_as_interrupt():
         result = runner.run()
     print_summary(console, result)
@@ -320,11 +259,12 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
     if result.interrupted:
         raise KeyboardInterrupt
     if spec.confirm and not join:
-        run_confirm(spec, m, store, spec.confirm, spec.confirm_rounds)
+        run_confirm(harness, store, spec.confirm, spec.confirm_rounds)
 
 
-def run_confirm(spec: TuneSpec, m: Machinery, store: StudyStore, top: int, rounds: int) -> None:
+def run_confirm(harness: Harness, store: StudyStore, top: int, rounds: int) -> None:
     """The confirm step (see autotune.study._confirm), with progress and its table."""
+    spec = harness.spec
     console.print(
         f"\nconfirm: the top {top} front configs and the baseline, {rounds} alternating rounds"
     )
@@ -333,7 +273,7 @@ def run_confirm(spec: TuneSpec, m: Machinery, store: StudyStore, top: int, round
         value = "-" if result.summary is None else f"{result.summary.output_throughput:,.0f} tok/s"
         console.print(f"  round {k + 1}: trial {number} {result.status} {value}")
 
-    confirmer = Confirmer(spec, m.space, store, m.measure, on_run=progress)
+    confirmer = Confirmer(spec, harness.space, store, harness.measure, on_run=progress)
     with sigterm_as_interrupt():
         confirmer.run(top, rounds)
     print_confirm(console, store.study_attrs(spec.study))
@@ -362,7 +302,7 @@ def confirm(
         local = {"study": study, "root": root, "storage": storage}
         spec = load_spec(None, {**shared, **local})
         check_model(spec.model)
-        run_confirm(spec, machinery(spec), store, top, rounds)
+        run_confirm(build_harness(spec, lanes=False, host=worker_host()), store, top, rounds)
 
 
 def _ids(pool: DevicePool) -> str:

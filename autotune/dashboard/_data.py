@@ -31,8 +31,14 @@ from autotune.dashboard._labels import (
 )
 from autotune.export import choose_export, compact, render_export
 from autotune.host import hardware_line
+from autotune.selection import (
+    CONFIRM_ATTR,
+    SelectionError,
+    baseline,
+    pareto_front,
+    study_objectives,
+)
 from autotune.store import StudyStore, TrialRecord, redact, storage_errors, study_records
-from autotune.study import CONFIRM_ATTR, SelectionError, baseline, pareto_front, study_objectives
 
 LATENCY_Y = ("p99_ttft_ms", "p99_tpot_ms")  # always offered as the Pareto chart's y
 KV_PARAMS = ("kv_cache_mib", "kv_cache_memory_bytes", "gpu_memory_utilization")

@@ -28,6 +28,7 @@ from autotune.store._records import (
 from autotune.store._slots import TrialSlots
 from autotune.store._storage import (
     StorageError,
+    StoreSettings,
     StudyStore,
     default_storage_url,
     redact,
@@ -56,6 +57,7 @@ __all__ = [
     "WARM_FROM",
     "WORKER",
     "StorageError",
+    "StoreSettings",
     "StudyInfo",
     "StudyStore",
     "TrialRecord",

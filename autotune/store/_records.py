@@ -96,7 +96,7 @@ class TrialRecord(BaseModel):
             params=dict(trial.params),
             config=attrs.get(CONFIG, {}),
             env=attrs.get(ENV, {}),
-            metrics=attrs.get(METRICS, {}),
+            metrics=_metrics(attrs.get(METRICS)),
             engine=attrs.get(ENGINE, {}),
             values=list(trial.values) if trial.values is not None else None,
             constraints=dict(trial.constraints),
@@ -108,6 +108,13 @@ class TrialRecord(BaseModel):
             worker=attrs.get(WORKER) or {},
             spread=attrs.get(SPREAD) or {},
         )
+
+
+def _metrics(stored: Any) -> dict[str, float]:
+    """Stored metrics as floats: a null (a value that was not finite) reads back as NaN."""
+    if not isinstance(stored, dict):
+        return {}
+    return {k: math.nan if v is None else float(v) for k, v in stored.items()}
 
 
 def _status_from_state(state: TrialState) -> str:

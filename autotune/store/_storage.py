@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -24,6 +24,16 @@ Direction = Literal["maximize", "minimize"]
 SQLITE_TIMEOUT_S = 30.0  # how long a write waits for a locked SQLite file
 HEARTBEAT_S = 10  # a running trial's worker says it is alive this often
 STALE_BEATS = 6  # a trial whose worker missed this many heartbeats is taken as dead
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """How a store waits and beats; resolved by the CLI (`AUTOTUNE_SQLITE_TIMEOUT_S`,
+    `AUTOTUNE_HEARTBEAT_S`), never read below it."""
+
+    sqlite_timeout_s: float = SQLITE_TIMEOUT_S  # how long a write waits for a locked file
+    heartbeat_s: float = HEARTBEAT_S  # a running trial's worker says it is alive this often
+
 
 # The heartbeat is Optuna's (database time, so workers' clocks may differ), driven by the
 # runner's ask/tell loop rather than `Study.optimize`; Optuna warns about both on every ask.
@@ -87,10 +97,13 @@ def redact(url: str) -> str:
 class StudyStore:
     """Studies and their trials in one Optuna storage (SQLite file, PostgreSQL, ...)."""
 
-    def __init__(self, url: str, *, create: bool = True) -> None:
+    def __init__(
+        self, url: str, *, create: bool = True, settings: StoreSettings | None = None
+    ) -> None:
         """Open the storage at `url`; with `create=False` a missing SQLite file is an error
         (reading commands never leave an empty database behind)."""
         self.url = url
+        self.settings = settings or StoreSettings()
         if url.startswith("sqlite:///"):
             path = Path(url.removeprefix("sqlite:///"))
             if not create and not path.is_file():
@@ -99,9 +112,8 @@ class StudyStore:
         engine_kwargs: dict[str, Any] = {}
         if url.startswith("sqlite"):
             # Wait out another process's write (a second tuner, `show`) instead of failing.
-            timeout = float(os.environ.get("AUTOTUNE_SQLITE_TIMEOUT_S", SQLITE_TIMEOUT_S))
-            engine_kwargs["connect_args"] = {"timeout": timeout}
-        self.heartbeat_s = float(os.environ.get("AUTOTUNE_HEARTBEAT_S", HEARTBEAT_S))
+            engine_kwargs["connect_args"] = {"timeout": self.settings.sqlite_timeout_s}
+        self.heartbeat_s = self.settings.heartbeat_s
         self.stale_after_s = max(1, round(self.heartbeat_s * STALE_BEATS))
         with storage_errors(url):
             self.rdb = RDBStorage(

@@ -1,7 +1,15 @@
-"""The Optuna study: objectives, constraints, failure recording, Pareto selection."""
+"""The Optuna study: opening it, the pre-launch gate, one trial's life, recording, the loop and
+its lanes, per-trial measure, early stopping, the confirm step and profiling runs.
 
-from autotune.study._confirm import CONFIRM_ATTR, Confirmer, confirmed_winner
+Which trials are best (the Pareto front, picks, the confirmed winner) is `autotune.selection`:
+pure functions over stored trials, for readers that need none of this machinery.
+"""
+
+from autotune.study._confirm import Confirmer
+from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
+from autotune.study._gate import LAUNCH, Gate, Proposal, Verdict
+from autotune.study._harness import Harness, build_harness, model_ref, trial_engine_config
 from autotune.study._measure import Measure, Measurement, Workplan, measure
 from autotune.study._objectives import (
     ERROR_RATE,
@@ -12,66 +20,51 @@ from autotune.study._objectives import (
     constraint_values,
     objective_values,
 )
+from autotune.study._opening import SPEC_ATTR, make_sampler
 from autotune.study._profile import (
     ProfileError,
     ProfilePlan,
     profile_config,
 )
 from autotune.study._prune import Judge, PruneRule, make_judge
-from autotune.study._runner import (
-    SPEC_ATTR,
-    StudyError,
-    StudyResult,
-    StudyRunner,
-    make_sampler,
-    trial_engine_config,
-)
-from autotune.study._select import (
-    PICKS,
-    SelectionError,
-    baseline,
-    knee,
-    pareto_front,
-    pick,
-    study_objectives,
-)
+from autotune.study._record import flat_metrics
+from autotune.study._runner import StudyResult, StudyRunner
 
 __all__ = [
-    "CONFIRM_ATTR",
     "ERROR_RATE",
     "FAILED",
+    "LAUNCH",
     "OOM",
-    "PICKS",
     "SPEC_ATTR",
     "WORST_MAXIMIZE",
     "WORST_MINIMIZE",
     "Confirmer",
     "Event",
+    "Gate",
+    "Harness",
     "Judge",
     "Measure",
     "Measurement",
     "ProfileError",
     "ProfilePlan",
+    "Proposal",
     "PruneRule",
-    "SelectionError",
     "StudyError",
     "StudyResult",
     "StudyRunner",
     "TrialFinished",
     "TrialSkipped",
     "TrialStarted",
+    "Verdict",
     "Workplan",
-    "baseline",
-    "confirmed_winner",
+    "build_harness",
     "constraint_values",
-    "knee",
+    "flat_metrics",
     "make_judge",
     "make_sampler",
     "measure",
+    "model_ref",
     "objective_values",
-    "pareto_front",
-    "pick",
     "profile_config",
-    "study_objectives",
     "trial_engine_config",
 ]

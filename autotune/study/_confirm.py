@@ -28,15 +28,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune import layout
+from autotune.selection import (
+    CONFIRM_ATTR,
+    SelectionError,
+    baseline,
+    pareto_front,
+    study_objectives,
+)
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
+from autotune.study._harness import trial_engine_config
 from autotune.study._measure import Measure, Measurement
 from autotune.study._objectives import constraint_values
-from autotune.study._runner import trial_engine_config
-from autotune.study._select import SelectionError, baseline, pareto_front, study_objectives
 
-CONFIRM_ATTR = "confirm"
 CONFIRM_FILE = "confirm.json"
 
 # Student's t, 95th percentile (a two-sided 90% interval), by degrees of freedom.
@@ -232,15 +237,6 @@ class Confirmer:
         path = self.spec.study_dir / CONFIRM_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1))
-
-
-def confirmed_winner(attrs: dict[str, Any]) -> int | None:
-    """The trial the finished confirm step chose, if the study has one."""
-    confirm = attrs.get(CONFIRM_ATTR)
-    if not isinstance(confirm, dict) or "finished" not in confirm:
-        return None
-    winner = confirm.get("winner")
-    return int(winner) if isinstance(winner, int) else None
 
 
 def _now() -> str:

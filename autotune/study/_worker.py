@@ -4,13 +4,13 @@ Every trial records its worker (`keys.WORKER`): host, process id and start time,
 token and the devices it was given. Another worker uses this to tell a dead worker's trial
 from a live one: on the same host a process that is gone (or whose id now belongs to another
 process, or a run of this process that has ended) is dead at once; on another host, the trial's
-heartbeat (`StudyStore.heartbeat`, in database time) says so after `stale_after_s`.
+heartbeat (`StudyStore.heartbeat`, in database time) says so after `stale_after_s`. The host
+is the harness's (`AUTOTUNE_WORKER_HOST` or the host name, resolved by the CLI).
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import uuid
 from typing import Any
@@ -34,17 +34,11 @@ def end_run(token: str) -> None:
         _live_runs.discard(token)
 
 
-def host_name() -> str:
-    """This worker's host as recorded: `AUTOTUNE_WORKER_HOST` if set (a pod on a shared node,
-    a test that plays two machines), else the host name."""
-    return os.environ.get("AUTOTUNE_WORKER_HOST") or socket.gethostname()
-
-
-def worker_attr(run: str, devices: str | None = None, lane: int = 0) -> dict[str, Any]:
-    """The record of this worker: what `is_dead_here` reads back."""
+def worker_attr(run: str, host: str, devices: str | None = None, lane: int = 0) -> dict[str, Any]:
+    """The record of this worker on `host`: what `is_dead_here` reads back."""
     pid = os.getpid()
     return {
-        "host": host_name(),
+        "host": host,
         "pid": pid,
         "started": _started(pid),
         "run": run,
@@ -53,14 +47,14 @@ def worker_attr(run: str, devices: str | None = None, lane: int = 0) -> dict[str
     }
 
 
-def is_here(worker: Any) -> bool:
-    """Whether the worker ran on this host (its trial folder and engine are here)."""
-    return isinstance(worker, dict) and worker.get("host") == host_name()
+def is_here(worker: Any, host: str) -> bool:
+    """Whether the worker ran on `host` (its trial folder and engine are there)."""
+    return isinstance(worker, dict) and worker.get("host") == host
 
 
-def is_dead_here(worker: Any) -> bool:
-    """Whether the worker ran on this host and is gone."""
-    if not is_here(worker):
+def is_dead_here(worker: Any, host: str) -> bool:
+    """Whether the worker ran on `host`, this one, and is gone."""
+    if not is_here(worker, host):
         return False
     pid = worker.get("pid")
     if not isinstance(pid, int):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from autotune.selection import pareto_front, study_objectives
 from autotune.store import StudyStore
-from autotune.study import pareto_front, study_objectives
 
 TuneArgv = Callable[..., list[str | Path]]
 

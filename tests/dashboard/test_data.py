@@ -14,8 +14,8 @@ from autotune.dashboard import Catalog, UnknownStudy, study_rows, study_state, s
 from autotune.dashboard._charts import BASELINE, WINNER
 from autotune.dashboard._data import default_params, finite, y_options
 from autotune.export import choose_export
+from autotune.selection import confirmed_winner
 from autotune.store import StudyStore
-from autotune.study import confirmed_winner
 
 from .conftest import Studies
 

@@ -3,6 +3,7 @@ exact budgets, disjoint devices, orphaned trials recovered, cancellation."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -17,9 +18,11 @@ from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
 from autotune.space import SearchSpace, load_space
 from autotune.store import StudyStore
-from autotune.study import Measurement, StudyRunner
+from autotune.study import Harness, Measurement, StudyRunner
 from autotune.study._worker import end_run, is_dead_here, new_run, worker_attr
 from study.test_runner import STUDY, FakeMeasure, MakeSpec, launched, records
+
+HOST = socket.gethostname()
 
 TP_SPACE = """\
 name: tp
@@ -72,7 +75,7 @@ def test_two_lanes_run_the_exact_budget_on_disjoint_devices(
     watch = DeviceWatch(measure)
     pool = DevicePool([0, 1, 2], platform="cuda")
     store = StudyStore(spec.storage_url)
-    result = StudyRunner(spec, space, store, watch, pool=pool, lanes=2).run()
+    result = StudyRunner(Harness(spec, space, watch, pool=pool, lanes=2), store).run()
     trials = records(spec)
     assert len(launched(trials)) == 8 and result.measured == 8
     assert watch.overlaps == [] and watch.most_at_once == 2
@@ -90,7 +93,7 @@ def test_tensor_parallel_beyond_the_pool_is_rejected_before_launch(
     space = tp_space(tmp_path)
     spec = make_spec(trials=4, space=str(tmp_path / "tp.yaml"), sampler="random")
     pool = DevicePool([5], platform="cuda")
-    StudyRunner(spec, space, StudyStore(spec.storage_url), measure, pool=pool).run()
+    StudyRunner(Harness(spec, space, measure, pool=pool), StudyStore(spec.storage_url)).run()
     assert all(c.args["tensor_parallel_size"] == 1 for c in measure.calls)
     assert all(c.env["CUDA_VISIBLE_DEVICES"] == "5" for c in measure.calls)
     invalid = [t for t in records(spec) if t.status == "invalid_config"]
@@ -104,7 +107,9 @@ def test_two_runners_share_one_budget_without_duplicates(
     first = DeviceWatch(measure, hold_s=0.2)
     StudyStore(spec.storage_url)  # created before the two race for it
     runners = [
-        StudyRunner(spec, space, StudyStore(spec.storage_url), first, poll_s=0.1, join=join)
+        StudyRunner(
+            Harness(spec, space, first), StudyStore(spec.storage_url), poll_s=0.1, join=join
+        )
         for join in (False, True)  # the second joins as `autotune worker` does
     ]
     threads = [threading.Thread(target=r.run) for r in runners]
@@ -117,7 +122,7 @@ def test_two_runners_share_one_budget_without_duplicates(
     assert len({t.number for t in launched(trials)}) == 6
     assert len({tuple(sorted(t.params.items())) for t in launched(trials)}) == 6
     assert first.most_at_once == 2
-    assert {t.worker["run"] for t in launched(trials)} == {r._run_token for r in runners}
+    assert {t.worker["run"] for t in launched(trials)} == {r.run_token for r in runners}
 
 
 def test_a_dead_workers_trial_is_recovered_once_its_heartbeat_is_stale(
@@ -130,13 +135,13 @@ def test_a_dead_workers_trial_is_recovered_once_its_heartbeat_is_stale(
     )
     left = study.ask(space.distributions())  # a worker on another machine that died
     store.rdb.record_heartbeat(left._trial_id)
-    elsewhere = {**worker_attr("gone"), "host": "other-machine"}
+    elsewhere = {**worker_attr("gone", HOST), "host": "other-machine"}
     left.set_user_attr("worker", elsewhere)
     store.slots(study).claim(left.number, budget=2)
 
     store.rdb.grace_period = 1
     time.sleep(2.2)
-    StudyRunner(spec, space, store, measure, poll_s=0.1).run()
+    StudyRunner(Harness(spec, space, measure), store, poll_s=0.1).run()
     trials = records(spec)
     assert trials[left.number].status == "interrupted" and trials[left.number].state == "fail"
     assert len(launched(trials)) == 2
@@ -153,7 +158,7 @@ def test_a_live_workers_trial_is_waited_for_not_taken(
     )
     busy = study.ask(space.distributions())
     token = new_run()
-    busy.set_user_attr("worker", worker_attr(token))
+    busy.set_user_attr("worker", worker_attr(token, HOST))
     store.slots(study).claim(busy.number, budget=1)
 
     def finish_later() -> None:
@@ -166,7 +171,7 @@ def test_a_live_workers_trial_is_waited_for_not_taken(
     finisher = threading.Thread(target=finish_later)
     with store.heartbeat(busy._trial_id):
         finisher.start()
-        result = StudyRunner(spec, space, store, measure, poll_s=0.1).run()
+        result = StudyRunner(Harness(spec, space, measure), store, poll_s=0.1).run()
     finisher.join()
     assert result.measured == 0 and measure.calls == []  # the budget was the live trial's
     assert records(spec)[busy.number].state == "complete"
@@ -187,10 +192,8 @@ def test_cancel_stops_every_lane_and_records_interrupted(
         raise KeyboardInterrupt  # what the launcher and the guard raise once cancelled
 
     pool = DevicePool([0, 1], platform="cuda")
-    runner = StudyRunner(
-        spec, space, StudyStore(spec.storage_url), wait_for_cancel, pool=pool, lanes=2,
-        cancel=cancel,
-    )  # fmt: skip
+    harness = Harness(spec, space, wait_for_cancel, pool=pool, lanes=2, cancel=cancel)
+    runner = StudyRunner(harness, StudyStore(spec.storage_url))
     threading.Timer(0.5, cancel.set).start()
     result = runner.run()
     trials = records(spec)
@@ -207,15 +210,15 @@ def store_slots(spec: Any) -> dict[int, int]:
 
 def test_worker_identity_tells_a_dead_process_from_a_live_one() -> None:
     token = new_run()
-    mine = worker_attr(token)
-    assert not is_dead_here(mine)
+    mine = worker_attr(token, HOST)
+    assert not is_dead_here(mine, HOST)
     end_run(token)
-    assert is_dead_here(mine)  # this process, but its run has ended
-    assert not is_dead_here({**mine, "host": "other-machine"})  # not ours to judge
-    gone = {**worker_attr("x"), "pid": _dead_pid()}
-    assert is_dead_here(gone)
-    reused = {**worker_attr("x"), "pid": 1}  # a live process (init), started long before
-    assert is_dead_here(reused)
+    assert is_dead_here(mine, HOST)  # this process, but its run has ended
+    assert not is_dead_here({**mine, "host": "other-machine"}, HOST)  # not ours to judge
+    gone = {**worker_attr("x", HOST), "pid": _dead_pid()}
+    assert is_dead_here(gone, HOST)
+    reused = {**worker_attr("x", HOST), "pid": 1}  # a live process (init), started long before
+    assert is_dead_here(reused, HOST)
 
 
 def _dead_pid() -> int:

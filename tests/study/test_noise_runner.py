@@ -9,20 +9,11 @@ from pathlib import Path
 
 from autotune.bench import RequestRecord, summarize
 from autotune.engine import EngineConfig
+from autotune.selection import CONFIRM_ATTR, confirmed_winner, pareto_front, pick, study_objectives
 from autotune.space import SearchSpace
 from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord
-from autotune.study import (
-    CONFIRM_ATTR,
-    Confirmer,
-    Judge,
-    Measurement,
-    StudyRunner,
-    confirmed_winner,
-    pareto_front,
-    pick,
-    study_objectives,
-)
+from autotune.study import Confirmer, Harness, Judge, Measurement, StudyRunner
 from autotune.study._confirm import ConfirmRun, evaluate, gain, round_order
 
 REQUESTS = 16
@@ -66,7 +57,7 @@ def test_pruned_trials_are_recorded_apart_and_save_device_time(
     spec = make_spec(trials=8, prune=True, slos={"p99_ttft_ms": 400.0})
     store = StudyStore(spec.storage_url)
     m = JudgedMeasure()
-    result = StudyRunner(spec, space, store, m, requests_per_run=REQUESTS).run()
+    result = StudyRunner(Harness(spec, space, m, requests_per_run=REQUESTS), store).run()
     trials = store.trials(spec.study)
 
     assert m.unjudged[0] == 128  # the baseline is always measured in full
@@ -114,11 +105,11 @@ def noisy_study(make_spec, space: SearchSpace, seed: int, tmp: Path) -> tuple[St
     store = StudyStore(spec.storage_url)
     measure = NoisyMeasure(random.Random(seed))
     first = spec.model_copy(update={"trials": 1})  # the baseline (max_num_seqs 128)
-    StudyRunner(first, space, store, measure).run()
+    StudyRunner(Harness(first, space, measure), store).run()
     study = store.load(spec.study)
     for seqs in (64, 16):  # then the other two candidates
         study.enqueue_trial({**space.baseline_params(), "max_num_seqs": seqs})
-    StudyRunner(spec, space, store, measure).run()
+    StudyRunner(Harness(spec, space, measure), store).run()
     return store, spec
 
 

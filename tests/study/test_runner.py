@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import (
     Event,
+    Harness,
     Measurement,
     StudyError,
     StudyResult,
@@ -66,7 +68,7 @@ def run(
 ) -> tuple[StudyResult, list[TrialRecord]]:
     store = StudyStore(spec.storage_url)
     on_event = events.append if events is not None else (lambda event: None)
-    result = StudyRunner(spec, space, store, measure, on_event=on_event).run()
+    result = StudyRunner(Harness(spec, space, measure), store, on_event).run()
     return result, store.trials(spec.study)
 
 
@@ -76,7 +78,7 @@ def gone_worker() -> dict[str, Any]:
 
     token = new_run()
     end_run(token)
-    return worker_attr(token)
+    return worker_attr(token, socket.gethostname())
 
 
 def records(spec: TuneSpec) -> list[TrialRecord]:
@@ -415,7 +417,7 @@ def test_naive_mode_records_failures_as_failed_and_predicts_nothing(
     measure.script = oom_above(measure)
     spec = make_spec(trials=8, space=file, seed=3)
     result = StudyRunner(
-        spec, space, StudyStore(spec.storage_url), measure, learn_failures=False
+        Harness(spec, space, measure), StudyStore(spec.storage_url), learn_failures=False
     ).run()
     trials = records(spec)
     ooms = [t for t in trials if t.status == "oom"]
@@ -435,7 +437,7 @@ def test_memory_estimate_skips_configs_that_cannot_fit(
     # A node with 1.5 GiB available: KV sizes above it cannot be allocated.
     node = DeviceMemory("cpu:node0", total_bytes=4 * 2**30, available_bytes=3 * 2**29)
     result = StudyRunner(
-        spec, space, StudyStore(spec.storage_url), measure, device_memory=lambda: node
+        Harness(spec, space, measure, device_memory=lambda: node), StudyStore(spec.storage_url)
     ).run()
     trials = records(spec)
     estimated = [t for t in trials if t.status == "predicted_oom"]
@@ -562,7 +564,31 @@ def test_estimate_for_a_space_of_any_platform_follows_the_device_it_read(
     # CPU rules check only the KV bytes, and every KV size of the space fits.
     node = DeviceMemory("cpu:node0", total_bytes=16 * 2**30, available_bytes=12 * 2**30)
     StudyRunner(
-        spec, space, StudyStore(spec.storage_url), measure, device_memory=lambda: node
+        Harness(spec, space, measure, device_memory=lambda: node), StudyStore(spec.storage_url)
     ).run()
     assert not [t for t in records(spec) if t.status == "predicted_oom"]
     assert len(measure.calls) == 4
+
+
+def test_a_metric_that_is_not_finite_is_stored_as_null_and_reads_back_as_nan(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    """A percentile of no requests is NaN: stored as null, never as a placeholder number."""
+    import math
+
+    def script(i: int, config: EngineConfig) -> Measurement:
+        m = measure.ok(config)
+        assert m.summary is not None
+        itl = m.summary.itl_ms.model_copy(update={"p99": math.nan, "mean": math.inf})
+        m.summary = m.summary.model_copy(update={"itl_ms": itl})
+        return m
+
+    measure.script = script
+    spec = make_spec(trials=1)
+    run(spec, space, measure)
+    stored = StudyStore(spec.storage_url).load(spec.study).trials[0].user_attrs["metrics"]
+    assert stored["p99_itl_ms"] is None and stored["mean_itl_ms"] is None
+    assert -1.0 not in stored.values()
+    (trial,) = records(spec)
+    assert math.isnan(trial.metric("p99_itl_ms")) and math.isnan(trial.metric("mean_itl_ms"))
+    assert trial.metric("output_throughput") > 0

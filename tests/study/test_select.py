@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from autotune.selection import SelectionError, baseline, pareto_front, pick
 from autotune.store import TrialRecord
-from autotune.study import SelectionError, baseline, pareto_front, pick
 
 Make = Callable[..., TrialRecord]
 

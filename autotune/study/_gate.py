@@ -1,0 +1,154 @@
+"""The pre-launch gate: may a proposed config be launched? Decided at no device cost.
+
+A pure function of what it is given (the proposal, the known OOMs, a measured twin, the
+device's memory now): it returns a `Verdict` and records nothing; the runner records it.
+
+- `invalid_config`: the config breaks a known constraint (`space.check_constraints`);
+- `duplicate`: the same config was measured, or holds a slot and runs now;
+- `predicted_oom`: it needs at least the memory of a known OOM config (by the memory order of
+  the parameters, or by what the two surely allocate), or the memory estimate says it cannot
+  fit the device;
+- else it is launched. The baseline always runs unless it is invalid: a wrong prediction must
+  not stop the study, and a failed baseline reruns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.devices import DeviceMemory
+from autotune.engine import EngineConfig
+from autotune.space import (
+    ModelInfo,
+    SearchSpace,
+    allocated_bytes,
+    check_constraints,
+    comparable,
+    dominating_oom,
+    estimate_memory,
+)
+from autotune.status import TrialStatus
+
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the gate decided: `status` None means launch it; else never launch, and why."""
+
+    status: TrialStatus | None = None
+    reason: str = ""
+
+    @property
+    def launch(self) -> bool:
+        return self.status is None
+
+
+LAUNCH = Verdict()
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A config the sampler proposed, and what is known about it."""
+
+    params: Params
+    config: EngineConfig
+    baseline: bool = False
+    twin: int | None = None  # a measured (or running) trial of the same config
+    ooms: Sequence[tuple[int, Params]] = ()  # (number, params) of trials that ran out of memory
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The rules of one study: its space, model, device count and memory estimate.
+
+    `config_of` gives the engine config of a known OOM's params (to compare what the two
+    allocate). `learn_failures=False` predicts nothing (the naive way; benchmarks only).
+    `lanes` trials side by side share a CPU host's memory.
+    """
+
+    space: SearchSpace
+    model_info: ModelInfo | None
+    config_of: Callable[[Params], EngineConfig]
+    devices: int = 1
+    learn_failures: bool = True
+    lanes: int = 1
+
+    def check(self, p: Proposal, memory: DeviceMemory | None = None) -> Verdict:
+        """The verdict on `p`, with `memory` what the trial's device has now (None: unknown)."""
+        problems = check_constraints(
+            p.config.args, self.model_info, devices=self.devices, platform=self.space.platform
+        )
+        if problems:
+            return Verdict(TrialStatus.INVALID_CONFIG, "; ".join(problems))
+        if p.twin is not None and not p.baseline:
+            return Verdict(TrialStatus.DUPLICATE, f"same config as trial {p.twin}")
+        if p.baseline or not self.learn_failures:
+            return LAUNCH
+        reason = self._predicted_oom(p)
+        if reason is None:
+            reason = self._memory_problem(p.config, memory)
+        if reason is not None:
+            return Verdict(TrialStatus.PREDICTED_OOM, reason)
+        return LAUNCH
+
+    def _predicted_oom(self, p: Proposal) -> str | None:
+        """Why `p` would run out of memory as a known OOM config did, if it would.
+
+        By the memory order of the parameters (at least as much on every one), or, where the
+        KV size is given, by what the two configs surely allocate (the estimate's weights + KV
+        + activations): one OOM then rules out every config that allocates more, whichever
+        parameter makes up the difference.
+        """
+        number = dominating_oom(self.space, p.params, list(p.ooms))
+        if number is not None:
+            return f"needs at least the memory of trial {number}, which ran out of memory"
+        need = self._allocated(p.config)
+        if need is None:
+            return None
+        for number, oom_params in p.ooms:
+            if not comparable(self.space, p.params, oom_params):
+                continue
+            known = self._allocated(self.config_of(oom_params))
+            if known is not None and need >= known:
+                return (
+                    f"allocates at least the memory of trial {number}, which ran out of memory "
+                    f"({need / 2**30:.2f} >= {known / 2**30:.2f} GiB by the estimate)"
+                )
+        return None
+
+    def _allocated(self, config: EngineConfig) -> int | None:
+        return allocated_bytes(
+            config.args, self.model_info, local_model(config), self.space.platform
+        )
+
+    def _memory_problem(self, config: EngineConfig, memory: DeviceMemory | None) -> str | None:
+        """Why the config cannot fit the device's memory, by the pre-launch estimate."""
+        if memory is None or self.model_info is None:
+            return None
+        if self.lanes > 1 and memory.platform == "cpu":
+            # Trials side by side on one host share its memory.
+            share = memory.total_bytes // self.lanes
+            memory = DeviceMemory(memory.device, share, min(memory.available_bytes, share))
+        # The device the memory was read from says which of vLLM's checks apply (a space for
+        # platform "any" runs on whatever the host has).
+        estimate = estimate_memory(
+            config.args,
+            self.model_info,
+            local_model(config),
+            memory.platform,
+            memory.total_bytes,
+            memory.available_bytes,
+        )
+        if estimate is None or estimate.problem is None:
+            return None
+        return f"estimate: {estimate.problem}"
+
+
+def local_model(config: EngineConfig) -> Path | None:
+    """The model's folder, where it is a local one (the estimate reads its checkpoint)."""
+    path = Path(config.model)
+    return path if path.is_dir() else None

@@ -1,0 +1,153 @@
+"""What runs a study's trials on this machine, built once from a `TuneSpec`.
+
+`build_harness` turns a spec into the space, the workload plan, the launch settings, the
+measure of one trial and, for commands that run trials side by side, the device pool and the
+number of lanes. `tune`, `worker`, `confirm` and `profile` all start from one, so that a trial,
+its re-measurement and its profile are launched the same way.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.bench import WorkloadError, build_requests
+from autotune.devices import DeviceError, DeviceMemory, DevicePool, Lease, device_memory, plan_lanes
+from autotune.engine import EngineConfig, LaunchSettings, resolve_env
+from autotune.space import SearchSpace, load_space
+from autotune.spec import SpecError, TuneSpec
+from autotune.study._measure import Measure, Measurement, Workplan, measure
+from autotune.study._prune import Judge
+
+
+def _unknown_memory() -> DeviceMemory | None:
+    return None
+
+
+@dataclass
+class Harness:
+    """A study's machinery on this machine.
+
+    `measure` does the device work of one trial. `device_memory` says what memory a trial's
+    device has now (None: unknown, no estimate). With a device `pool`, each trial leases its
+    devices from it (tensor x pipeline parallel of them) and sees only those; `lanes` trials
+    run at once. Setting `cancel` stops every lane as Ctrl-C does. `requests_per_run`: the
+    measured requests of one benchmark run (early stopping counts them). `host`: this worker's
+    host as trials record it.
+    """
+
+    spec: TuneSpec
+    space: SearchSpace
+    measure: Measure
+    device_memory: Callable[[], DeviceMemory | None] = _unknown_memory
+    pool: DevicePool | None = None
+    lanes: int = 1
+    cancel: threading.Event = field(default_factory=threading.Event)
+    requests_per_run: int = 0
+    host: str = field(default_factory=socket.gethostname)
+    plan: Workplan | None = None  # the workload (None: a measure that brings its own)
+    settings: LaunchSettings | None = None
+
+    def __post_init__(self) -> None:
+        if self.lanes < 1:
+            raise ValueError(f"lanes must be >= 1, not {self.lanes}")
+
+    def engine_config(self, params: dict[str, Any], lease: Lease | None = None) -> EngineConfig:
+        """The engine config of `params`; with a lease, shown only the leased devices (on CPU:
+        its workers bound to the leased cores, whatever binding the space chose)."""
+        if lease is None:
+            return trial_engine_config(self.spec, self.space, params)
+        cores = None
+        if self.pool is not None and self.pool.platform == "cpu":
+            cores = lease.env["VLLM_CPU_OMP_THREADS_BIND"]
+        return trial_engine_config(self.spec, self.space, params, lease.env, cores)
+
+
+def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None) -> Harness:
+    """The harness of `spec` on this machine. `lanes=False`: one trial at a time on the host
+    as a whole (no device pool; the confirm step and profiles). Raises SpecError when the
+    workload or the devices the spec asks for are not to be had here."""
+    space = load_space(spec.space)
+    try:
+        warmup, requests = build_requests(spec.workload, spec.model)
+    except WorkloadError as exc:
+        raise SpecError(f"workload: {exc}") from None
+    plan = Workplan(
+        warmup,
+        requests,
+        spec.load,
+        spec.slos,
+        spec.max_error_rate,
+        hang_s=spec.engine.hang_timeout_s,
+        deadline_s=spec.engine.benchmark_timeout_s,
+        capacity=spec.capacity,
+        repeats=spec.repeats,
+        scenario=spec.scenario,
+    )
+    cancel = threading.Event()
+    settings = LaunchSettings(
+        command=spec.engine.command,
+        offline_command=spec.engine.offline_command,
+        startup_timeout_s=spec.engine.startup_timeout_s,
+        cache_dir=spec.root / ".cache",
+        cores=spec.engine.cores,
+        platform=space.platform,
+        cancel=cancel,
+    )
+    pool, count = None, 1
+    if lanes:
+        try:
+            pool, count = plan_lanes(space.platform, spec.parallel, spec.devices)
+        except DeviceError as exc:
+            raise SpecError(str(exc)) from None
+
+    def measure_one(
+        config: EngineConfig, trial_dir: Path, judge: Judge | None = None
+    ) -> Measurement:
+        return measure(config, trial_dir, plan, settings, judge=judge)
+
+    return Harness(
+        spec,
+        space,
+        measure_one,
+        device_memory=lambda: device_memory(space.platform),
+        pool=pool,
+        lanes=count,
+        cancel=cancel,
+        requests_per_run=len(requests),
+        host=host or socket.gethostname(),
+        plan=plan,
+        settings=settings,
+    )
+
+
+def trial_engine_config(
+    spec: TuneSpec,
+    space: SearchSpace,
+    params: dict[str, Any],
+    extra_env: dict[str, str] | None = None,
+    cores: str | None = None,
+) -> EngineConfig:
+    """The engine config of a point of the space: the space's options and variables, the
+    spec's fixed ones over them, then `extra_env` (a lease's devices); `{cores}` is `cores`
+    (default: the spec's, else every usable core)."""
+    options, env = space.to_engine(params)
+    options.update(spec.engine.options)
+    env.update(spec.engine.env)
+    env.update(extra_env or {})
+    return EngineConfig(
+        model=model_ref(spec.model),
+        served_model_name=spec.api_model_name,
+        args=options,
+        env=resolve_env(env, cores or spec.engine.cores),
+    )
+
+
+def model_ref(model: str) -> str:
+    """A local model path made absolute (engines run in other folders); hub names as given."""
+    path = Path(model)
+    return str(path.resolve()) if path.exists() else model

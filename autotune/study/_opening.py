@@ -1,0 +1,171 @@
+"""Opening a study: its sampler, a new study's attributes and baseline, the same-experiment
+check of a continued one, the warm start from another study, and the spec workers read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import uuid
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import store as keys
+from autotune.host import describe_host
+from autotune.selection import pareto_front, study_objectives
+from autotune.space import SpaceError
+from autotune.spec import TuneSpec
+from autotune.status import TrialStatus
+from autotune.store import StudyStore, default_storage_url
+from autotune.study._errors import StudyError
+from autotune.study._harness import Harness, model_ref
+
+logger = logging.getLogger(__name__)
+
+SPEC_ATTR = "spec"  # the study attribute holding TuneSpec.shared(): what workers run
+
+
+def make_sampler(spec: TuneSpec, offset: int = 0) -> optuna.samplers.BaseSampler:
+    """The spec's sampler, seeded with `spec.seed + offset` (a resumed study passes the number
+    of trials it has, so that it does not propose its first configs again)."""
+    seed = spec.seed + offset
+    if spec.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if spec.sampler == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    return optuna.samplers.TPESampler(
+        seed=seed, multivariate=True, constant_liar=True, n_startup_trials=4
+    )
+
+
+def open_study(
+    harness: Harness, store: StudyStore, join: bool = False
+) -> tuple[optuna.Study, bool]:
+    """Create the study of `harness.spec` (attributes, baseline, warm start) or continue it
+    (same experiment only); True if it was created. `join`: one of several workers starting
+    together; its sampler is seeded apart from theirs."""
+    spec = harness.spec
+    directions = [o.direction for o in spec.objectives]
+    study, created = store.create_or_load(spec.study, directions, make_sampler(spec))
+    if created:
+        _initialize(harness, store, study)
+    else:
+        _check_same_experiment(harness, study)
+        offset = len(study.get_trials(deepcopy=False))
+        if join:
+            # Workers that start together must not propose the same configs.
+            offset += int(uuid.uuid4().int % 1_000_000)
+        study.sampler = make_sampler(spec, offset=offset)
+    study.set_user_attr(SPEC_ATTR, _shared_spec(spec))
+    return study, created
+
+
+def _shared_spec(spec: TuneSpec) -> dict[str, Any]:
+    """The spec that `autotune worker` runs on other machines: paths made absolute."""
+    data = spec.shared()
+    data["model"] = model_ref(spec.model)
+    data["space"] = model_ref(spec.space)  # a space file's path; a shipped name as is
+    return data
+
+
+def _experiment(harness: Harness) -> dict[str, Any]:
+    """What makes trials comparable: a study continues only with the same values."""
+    spec = harness.spec
+    return {
+        "model": model_ref(spec.model),
+        "space": harness.space.name,
+        "workload": spec.workload.model_dump(mode="json"),
+        "load": spec.load.model_dump(mode="json"),
+        "slos": spec.slos,
+        "max_error_rate": spec.max_error_rate,
+        "capacity": spec.capacity.model_dump() if spec.capacity else None,
+        "scenario": spec.scenario,
+    }
+
+
+def baseline_params(harness: Harness) -> dict[str, Any]:
+    """Trial 0: the spec's (imported from what the user runs today) or the space's."""
+    spec = harness.spec
+    return dict(spec.baseline) if spec.baseline else harness.space.baseline_params()
+
+
+def _check_same_experiment(harness: Harness, study: optuna.Study) -> None:
+    stored = study.user_attrs
+    for key, value in _jsonable(_experiment(harness)).items():
+        if key in stored and stored[key] != value:
+            raise StudyError(
+                f"study {harness.spec.study!r} was run with {key} {stored[key]!r}, not "
+                f"{value!r}; its trials would not be comparable: use another --study name"
+            )
+
+
+def _initialize(harness: Harness, store: StudyStore, study: optuna.Study) -> None:
+    spec = harness.spec
+    attrs: dict[str, Any] = {
+        **_experiment(harness),
+        "served_model_name": spec.api_model_name,
+        "platform": harness.space.platform,
+        "objectives": [o.model_dump() for o in spec.objectives],
+        "host": describe_host(),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    for key, value in _jsonable(attrs).items():
+        study.set_user_attr(key, value)
+    study.enqueue_trial(
+        baseline_params(harness),
+        user_attrs={keys.ROLE: keys.ROLE_BASELINE},
+        skip_if_exists=True,
+    )
+    if spec.warm_start:
+        _warm_start(harness, store, study, spec.warm_start)
+
+
+def _warm_start(harness: Harness, store: StudyStore, study: optuna.Study, other: str) -> None:
+    """Queue the Pareto configs of study `other` (after the baseline): a new study on the
+    same model and hardware starts from what an earlier one found."""
+    spec, space = harness.spec, harness.space
+    url = spec.storage or default_storage_url(spec.root, other)
+    source = StudyStore(url, create=False, settings=store.settings)
+    attrs = source.study_attrs(other)
+    if attrs.get("space") != space.name:
+        raise StudyError(
+            f"--warm-start {other}: it searched space {attrs.get('space')!r}, not "
+            f"{space.name!r}; its configs are not points of this space"
+        )
+    if attrs.get("model") != model_ref(spec.model):
+        logger.warning("--warm-start %s tuned model %s", other, attrs.get("model"))
+    front = pareto_front(source.trials(other), study_objectives(attrs))
+    queued = 0
+    for trial in front:
+        try:
+            space.to_engine(trial.params)  # a point of this space, whole
+        except SpaceError:
+            continue
+        origin = {keys.ROLE: keys.ROLE_WARM_START, keys.WARM_FROM: f"{other}#{trial.number}"}
+        study.enqueue_trial(trial.params, user_attrs=origin, skip_if_exists=True)
+        queued += 1
+    logger.info("--warm-start %s: %d of %d Pareto configs queued", other, queued, len(front))
+
+
+def retry_failed_baseline(harness: Harness, study: optuna.Study) -> None:
+    """A resumed study whose baseline failed runs the baseline again first: without it the
+    study would go on with no reference, or on a host that cannot serve the model at all.
+    (Called once orphans are settled: an orphaned baseline is queued again there.)"""
+    baselines = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
+    ]
+    pending = (TrialState.WAITING, TrialState.RUNNING)
+    if baselines and not any(
+        t.state in pending or t.user_attrs.get(keys.STATUS) == TrialStatus.OK for t in baselines
+    ):
+        study.enqueue_trial(baseline_params(harness), user_attrs={keys.ROLE: keys.ROLE_BASELINE})
+
+
+def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
+    """The value as it reads back from the storage (JSON types only)."""
+    result: dict[str, Any] = json.loads(json.dumps(value, default=str))
+    return result

@@ -1,0 +1,167 @@
+"""Recording: the one writer of a trial's attributes and of what Optuna is told.
+
+Every outcome of a trial reaches the store through here: what was proposed (description,
+config, env), who runs it, a skipped proposal's verdict, a measurement (status, metrics with
+non-finite values stored as null, engine facts, device seconds, constraints, objectives), an
+interruption, a proposal given back because the budget was full, an orphan settled, and the
+repair of an OOM queued after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from autotune import layout
+from autotune import store as keys
+from autotune.bench import METRIC_NAMES
+from autotune.engine import EngineConfig, to_yaml_dict
+from autotune.space import SearchSpace, repair
+from autotune.spec import TuneSpec
+from autotune.status import TrialStatus
+from autotune.store import StorageError, StudyStore, storage_errors
+from autotune.study._errors import StudyError
+from autotune.study._gate import Verdict
+from autotune.study._measure import Measurement
+from autotune.study._objectives import constraint_values, objective_values
+
+logger = logging.getLogger(__name__)
+
+# What a queued config keeps when it is queued again (its origin).
+_QUEUE_ATTRS = (keys.ROLE, keys.REPAIR_OF, keys.REQUEUED)
+
+
+class Recorder:
+    """Writes a study's trials: `learn_failures=False` tells a failed measurement as a FAILED
+    trial (samplers ignore those; the naive way, kept for benchmarks)."""
+
+    def __init__(self, spec: TuneSpec, store: StudyStore, learn_failures: bool = True) -> None:
+        self.spec = spec
+        self.store = store
+        self.learn_failures = learn_failures
+
+    def proposed(self, trial: Trial, description: str, config: EngineConfig) -> None:
+        trial.set_user_attr(keys.DESCRIPTION, description)
+        trial.set_user_attr(keys.CONFIG, to_yaml_dict(config))
+        trial.set_user_attr(keys.ENV, config.env)
+
+    def worker(self, trial: Trial, worker: dict[str, Any]) -> None:
+        """Who runs the trial (raises UpdateFinishedTrialError if it was settled meanwhile)."""
+        trial.set_user_attr(keys.WORKER, worker)
+
+    def leased(self, trial: Trial, config: EngineConfig, worker: dict[str, Any]) -> None:
+        """The trial runs on leased devices: the env that shows only them, and its worker."""
+        trial.set_user_attr(keys.ENV, config.env)
+        trial.set_user_attr(keys.WORKER, worker)
+
+    def slot(self, trial: Trial, slot: int) -> None:
+        trial.set_user_attr(keys.SLOT, slot)
+
+    def skipped(self, study: optuna.Study, trial: Trial, verdict: Verdict) -> None:
+        """A proposal the gate (or a twin found after claiming) kept from launching."""
+        assert verdict.status is not None
+        trial.set_user_attr(keys.STATUS, verdict.status)
+        trial.set_user_attr(keys.REASON, verdict.reason)
+        for name, value in constraint_values(None, self.spec.slos, 0.0, verdict.status).items():
+            trial.set_constraint(name, value)
+        study.tell(trial, objective_values(self.spec.objectives, None))
+
+    def measured(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
+        """Record a measured trial; if the store fails, say where the measurement is kept."""
+        try:
+            with storage_errors(self.store.url):
+                self.tell(study, trial, m, trial_dir)
+        except StorageError as exc:
+            raise StudyError(
+                f"trial {trial.number} was measured but could not be recorded ({exc}); its "
+                f"measurement is kept in {trial_dir / layout.MEASUREMENT} and is recorded when "
+                "the study is continued (run the same command again)"
+            ) from exc
+
+    def tell(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
+        trial.set_user_attr(keys.STATUS, m.status)
+        trial.set_user_attr(keys.REASON, m.reason)
+        trial.set_user_attr(keys.ENGINE, m.engine)
+        trial.set_user_attr(keys.DEVICE_S, m.device_s)
+        trial.set_user_attr(keys.TRIAL_DIR, str(trial_dir))
+        if m.summary is not None:
+            trial.set_user_attr(keys.METRICS, flat_metrics(m))
+        if m.spread:
+            trial.set_user_attr(keys.SPREAD, m.spread)
+        if m.log_tail:
+            trial.set_user_attr(keys.LOG_TAIL, m.log_tail[-4000:])
+        if m.summary is None and not self.learn_failures:
+            study.tell(trial, state=TrialState.FAIL)  # the naive way: samplers ignore it
+            return
+        constraints = constraint_values(
+            m.summary, self.spec.slos, self.spec.max_error_rate, m.status
+        )
+        for name, value in constraints.items():
+            trial.set_constraint(name, value)
+        study.tell(trial, objective_values(self.spec.objectives, m.summary))
+
+    def interrupted(self, study: optuna.Study, trial: Trial, trial_dir: Path) -> None:
+        """Ctrl-C or SIGTERM during the trial: FAILED, its folder kept."""
+        trial.set_user_attr(keys.STATUS, TrialStatus.INTERRUPTED)
+        trial.set_user_attr(keys.TRIAL_DIR, str(trial_dir))
+        study.tell(trial, state=TrialState.FAIL)
+
+    def give_back(self, study: optuna.Study, trial: Trial) -> None:
+        """End a proposal that found the budget full (another worker took the last slot); a
+        queued config (baseline, repair, retry) goes back in the queue for whoever runs next."""
+        trial.set_user_attr(keys.STATUS, TrialStatus.UNUSED)
+        trial.set_user_attr(keys.REASON, "the budget was filled by other workers first")
+        study.tell(trial, state=TrialState.FAIL)
+        if "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id):
+            attrs = {k: v for k, v in trial.user_attrs.items() if k in _QUEUE_ATTRS}
+            study.enqueue_trial(trial.params, user_attrs=attrs)
+
+    def orphan_interrupted(self, trial: FrozenTrial) -> bool:
+        """Mark an orphan (its worker is gone, nothing measured) interrupted. False: another
+        worker settled it first."""
+        storage = self.store.storage
+        storage.set_trial_user_attr(trial._trial_id, keys.STATUS, TrialStatus.INTERRUPTED)
+        return storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+
+    def requeue_orphan(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """Queue an interrupted orphan's config again, once."""
+        if not trial.user_attrs.get(keys.REQUEUED):
+            attrs = {k: v for k, v in trial.user_attrs.items() if k in (keys.ROLE, keys.REPAIR_OF)}
+            study.enqueue_trial(trial.params, user_attrs={**attrs, keys.REQUEUED: True})
+
+    def queue_repair(self, study: optuna.Study, trial: Trial, space: SearchSpace) -> None:
+        """Queue an OOM config one step back towards what fits (once: never a repair's)."""
+        if trial.user_attrs.get(keys.ROLE) == keys.ROLE_REPAIR:
+            return
+        fits = [
+            t.params
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get(keys.STATUS) == TrialStatus.OK
+        ]
+        params = repair(space, trial.params, fits)
+        if params is None:
+            logger.info("trial %d ran out of memory and no knob can be turned down", trial.number)
+            return
+        study.enqueue_trial(
+            params, user_attrs={keys.ROLE: keys.ROLE_REPAIR, keys.REPAIR_OF: trial.number}
+        )
+
+
+def flat_metrics(m: Measurement) -> dict[str, float | None]:
+    """The measurement's metrics as stored: a value that is not finite (a percentile of no
+    requests) is null, never a placeholder number."""
+    assert m.summary is not None
+    unset = {
+        name
+        for name in ("capacity_rps", "peak_memory_gib")
+        if getattr(m.summary, name) is None  # not searched, not measured
+    }
+    out = {name: m.summary.metric(name) for name in METRIC_NAMES if name not in unset}
+    out["completed"] = float(m.summary.completed)
+    out["duration_s"] = m.summary.duration_s
+    return {k: (v if math.isfinite(v) else None) for k, v in out.items()}

@@ -1,0 +1,253 @@
+"""One trial's life: ask -> gate -> slot -> lease -> measure -> record.
+
+The sampler proposes a config; the gate (`_gate.py`) may keep it from launching at no device
+cost; the trial then claims one of the budget's slots (or gives the proposal back when other
+workers filled the budget), leases its devices, is measured (with early stopping against the
+front, where asked) and is recorded. A failed baseline or an engine that survived its teardown
+ends the study; an OOM queues its repair (with `repair`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+from optuna.trial import Trial, TrialState
+
+from autotune import layout
+from autotune import store as keys
+from autotune.bench import RequestRecord, read_records
+from autotune.devices import DeviceMemory, Lease, format_device_list
+from autotune.engine import EngineConfig
+from autotune.selection import pareto_front
+from autotune.space import ModelInfo
+from autotune.status import TrialStatus
+from autotune.store import StudyStore, TrialRecord, TrialSlots
+from autotune.study._errors import StudyError
+from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
+from autotune.study._gate import Gate, Proposal, Verdict
+from autotune.study._harness import Harness
+from autotune.study._measure import Measurement
+from autotune.study._prune import FrontPoint, Judge, PruneRule, make_judge
+from autotune.study._record import Recorder
+from autotune.study._worker import worker_attr
+
+NO_SLOT = "no slot"  # a proposal that found every slot of the budget taken
+# (number, measurement) of a launched trial; None: skipped (never launched); NO_SLOT.
+Outcome = tuple[int, Measurement] | None | str
+_ASK_LOCK = threading.Lock()  # one `study.ask` at a time in this process
+
+
+class TrialRunner:
+    """Runs one proposal of a study through its life, on this machine's `harness`."""
+
+    def __init__(
+        self,
+        harness: Harness,
+        store: StudyStore,
+        slots: TrialSlots,
+        recorder: Recorder,
+        run_token: str,
+        emit: Callable[[Event], None],
+    ) -> None:
+        self.harness = harness
+        self.spec = harness.spec
+        self.store = store
+        self.slots = slots
+        self.recorder = recorder
+        self.run_token = run_token
+        self.emit = emit
+        self.gate = Gate(
+            harness.space,
+            ModelInfo.from_path(self.spec.model),
+            config_of=harness.engine_config,
+            devices=harness.pool.size if harness.pool is not None else 1,
+            learn_failures=recorder.learn_failures,
+            lanes=harness.lanes,
+        )
+
+    def run_one(self, study: optuna.Study, lane: int) -> Outcome:
+        """Ask for a config and run it."""
+        with _ASK_LOCK:
+            # Optuna pops a queued trial (the baseline, a retry) by reading then updating its
+            # state, which SQLite does not lock: two lanes or runners of this process asking at
+            # once could both get it. (Across processes: use PostgreSQL, see docs/cluster.md.)
+            trial = study.ask(self.harness.space.distributions())
+        with self.store.heartbeat(trial._trial_id):
+            try:
+                self.recorder.worker(trial, self._worker(lane))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                return None  # taken for an orphan in the instant before it had a worker
+            return self._run(study, trial, lane)
+
+    def _worker(self, lane: int, devices: str | None = None) -> dict[str, object]:
+        return worker_attr(self.run_token, self.harness.host, devices, lane)
+
+    def _run(self, study: optuna.Study, trial: Trial, lane: int) -> Outcome:
+        params = dict(trial.params)
+        config = self.harness.engine_config(params)
+        description = self.harness.space.describe(params)
+        self.recorder.proposed(trial, description, config)
+        if not self._passes_gate(study, trial, config):
+            return None
+        slot = self.slots.claim(trial.number, self.spec.trials)
+        if slot is None:
+            self.recorder.give_back(study, trial)
+            return NO_SLOT
+        twin = self._slot_twin(study, trial)
+        if twin is not None:  # another worker claimed the same config at the same moment
+            self.slots.release(trial.number)
+            self._skip(study, trial, Verdict(TrialStatus.DUPLICATE, f"same config as trial {twin}"))
+            return None
+        self.recorder.slot(trial, slot)
+        trial_dir = layout.trial_dir(self.spec.study_dir, trial.number)
+        lease = None
+        try:
+            lease = self._lease(config)
+            if lease is not None:
+                config = self.harness.engine_config(params, lease)
+                worker = self._worker(lane, format_device_list(lease.ids))
+                self.recorder.leased(trial, config, worker)
+            self.emit(TrialStarted(trial.number, slot, self.spec.trials, description))
+            judge = self._judge(study, trial)
+            if judge is None:
+                measurement = self.harness.measure(config, trial_dir)
+            else:
+                measurement = self.harness.measure(config, trial_dir, judge=judge)
+        except KeyboardInterrupt:
+            self.recorder.interrupted(study, trial, trial_dir)
+            self.slots.release(trial.number)
+            reason = "stopped by user"
+            self.emit(TrialSkipped(trial.number, TrialStatus.INTERRUPTED, reason))
+            raise
+        finally:
+            if lease is not None:
+                lease.release()
+        self.recorder.measured(study, trial, measurement, trial_dir)
+        self.emit(TrialFinished(trial.number, slot, self.spec.trials, measurement, study))
+        self._after(study, trial, measurement, trial_dir)
+        return trial.number, measurement
+
+    def _after(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
+        """What a recorded measurement means for the study: stop, or queue a repair."""
+        if m.teardown_error:
+            raise StudyError(
+                f"trial {trial.number} was recorded, but its engine could not be cleared: "
+                f"{m.teardown_error}; stopping so that no trial runs on a busy host"
+            )
+        if not m.ok and trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
+            raise StudyError(
+                f"the baseline trial (vLLM defaults) failed: {m.status}: "
+                f"{m.reason} (log: {trial_dir / layout.ENGINE_LOG}); "
+                "check the model, the host and the search space's baseline values"
+            )
+        if m.status == TrialStatus.OOM and self.spec.repair and self.recorder.learn_failures:
+            self.recorder.queue_repair(study, trial, self.harness.space)
+
+    def _passes_gate(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> bool:
+        """Whether the proposal may launch; else it is recorded as the gate's verdict."""
+        baseline = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
+        proposal = Proposal(
+            dict(trial.params),
+            config,
+            baseline=baseline,
+            twin=None if baseline else _measured_twin(study, trial),  # a failed baseline reruns
+            ooms=_known_ooms(study),
+        )
+        verdict = self.gate.check(proposal, self._memory(proposal))
+        if verdict.launch:
+            return True
+        self._skip(study, trial, verdict)
+        if baseline and verdict.status == TrialStatus.INVALID_CONFIG:
+            raise StudyError(
+                f"the baseline config breaks a known constraint: {verdict.reason}"
+                " (fix the fixed options or the space's baseline values)"
+            )
+        return False
+
+    def _memory(self, proposal: Proposal) -> DeviceMemory | None:
+        """The device's memory now, read only where the gate may estimate with it."""
+        if proposal.baseline or not self.recorder.learn_failures:
+            return None
+        return self.harness.device_memory()
+
+    def _skip(self, study: optuna.Study, trial: Trial, verdict: Verdict) -> None:
+        self.recorder.skipped(study, trial, verdict)
+        assert verdict.status is not None
+        self.emit(TrialSkipped(trial.number, verdict.status, verdict.reason))
+
+    def _judge(self, study: optuna.Study, trial: Trial) -> Judge | None:
+        """Early stopping for this trial (with `prune`): against the front as it is now.
+        Never for the baseline (what users run today is measured in full) nor a capacity
+        search (its levels are its own search)."""
+        spec = self.spec
+        total = self.harness.requests_per_run
+        if not spec.prune or spec.capacity is not None or total <= 0:
+            return None
+        if trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
+            return None
+        objectives = [(o.metric, o.direction) for o in spec.objectives]
+        records = [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]
+        front = [
+            FrontPoint(t.number, tuple(_local_records(t)))
+            for t in pareto_front(records, objectives)
+        ]
+        rule = PruneRule(margin=spec.prune_margin)
+        return make_judge(rule, objectives, front, spec.slos, spec.max_error_rate, total)
+
+    def _slot_twin(self, study: optuna.Study, trial: Trial) -> int | None:
+        """Another running trial of the same config that holds a slot (checked after claiming,
+        so that of two workers proposing one config at once, at most one runs it; finished
+        ones are `_measured_twin`'s)."""
+        holders = set(self.slots.held().values()) - {trial.number}
+        for other in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if other.number in holders and other.params == trial.params:
+                return other.number
+        return None
+
+    def _lease(self, config: EngineConfig) -> Lease | None:
+        """The devices for `config` (tensor x pipeline parallel of them), once they are free."""
+        pool = self.harness.pool
+        if pool is None:
+            return None
+        args = config.args
+        need = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
+        while True:
+            try:
+                return pool.acquire(need, timeout=0.5)
+            except TimeoutError:
+                if self.harness.cancel.is_set():
+                    raise KeyboardInterrupt from None
+
+
+def _local_records(trial: TrialRecord) -> list[RequestRecord]:
+    """A measured trial's request records, where its folder is on this machine (else none)."""
+    if not trial.trial_dir:
+        return []
+    try:
+        return read_records(Path(trial.trial_dir) / layout.REQUESTS)
+    except (OSError, ValueError):
+        return []
+
+
+def _known_ooms(study: optuna.Study) -> list[tuple[int, dict[str, object]]]:
+    """(number, params) of the trials that ran out of memory on the device."""
+    return [
+        (t.number, t.params)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get(keys.STATUS) == TrialStatus.OOM
+    ]
+
+
+def _measured_twin(study: optuna.Study, trial: Trial) -> int | None:
+    """A trial of the same config that was measured, or that holds a slot and runs now."""
+    states = (TrialState.COMPLETE, TrialState.RUNNING)
+    for other in study.get_trials(deepcopy=False, states=states):
+        if other.number == trial.number or other.params != trial.params:
+            continue
+        key = keys.DEVICE_S if other.state == TrialState.COMPLETE else keys.SLOT
+        if other.user_attrs.get(key) is not None:
+            return other.number
+    return None

@@ -1,0 +1,173 @@
+"""The pre-launch gate as a table: each proposal, what is known about it, and the verdict.
+
+The gate is pure (it records nothing and reads nothing but its arguments), so each row is a
+whole case: a config, its role, a twin, the known OOMs, the device's memory, the mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.devices import DeviceMemory
+from autotune.space import ModelInfo, load_space
+from autotune.spec import TuneSpec
+from autotune.status import TrialStatus
+from autotune.study import Gate, Harness, Proposal, Verdict
+from study.test_runner import KV_SPACE
+
+GIB = 2**30
+BASE = {"max_num_seqs": 32, "kv_cache_mib": 1024, "block_size": 128}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)  # over BASE
+    options: dict[str, Any] = field(default_factory=dict)  # over the engine config's options
+    baseline: bool = False
+    twin: int | None = None
+    ooms: tuple[dict[str, Any], ...] = ()  # params over BASE, numbered from 1
+    memory_gib: float | None = None  # available (of 4 GiB); None: unknown
+    learn: bool = True
+    devices: int = 1
+    lanes: int = 1
+    status: TrialStatus | None = None  # None: launched
+    reason: str = ""  # a part of the verdict's reason
+
+
+CASES = [
+    Case("a fresh config launches"),
+    Case(
+        "fewer batched tokens than sequences is invalid",
+        options={"max_num_batched_tokens": 16, "enable_chunked_prefill": True},
+        params={"max_num_seqs": 64},
+        status=TrialStatus.INVALID_CONFIG,
+        reason="max_num_batched_tokens",
+    ),
+    Case(
+        "tensor parallel over more devices than there are is invalid",
+        options={"tensor_parallel_size": 2},
+        status=TrialStatus.INVALID_CONFIG,
+        reason="tensor_parallel_size",
+    ),
+    Case(
+        "an invalid baseline is still invalid (the runner then stops the study)",
+        options={"tensor_parallel_size": 2},
+        baseline=True,
+        status=TrialStatus.INVALID_CONFIG,
+    ),
+    Case(
+        "a twin makes a duplicate",
+        twin=3,
+        status=TrialStatus.DUPLICATE,
+        reason="same config as trial 3",
+    ),
+    Case("a baseline with a twin runs again (a failed baseline reruns)", baseline=True, twin=3),
+    Case(
+        "more memory than a known OOM on every knob is predicted",
+        params={"kv_cache_mib": 3072},
+        ooms=({"kv_cache_mib": 2048},),
+        status=TrialStatus.PREDICTED_OOM,
+        reason="needs at least the memory of trial 1",
+    ),
+    Case(
+        "less KV than a known OOM launches",
+        params={"kv_cache_mib": 1024},
+        ooms=({"kv_cache_mib": 2048},),
+    ),
+    Case(
+        "more KV with fewer sequences is predicted by what both allocate",
+        params={"kv_cache_mib": 3072, "max_num_seqs": 16},
+        ooms=({"kv_cache_mib": 2048},),
+        status=TrialStatus.PREDICTED_OOM,
+        reason="by the estimate",
+    ),
+    Case(
+        "the baseline always runs, whatever the OOMs",
+        params={"kv_cache_mib": 3072},
+        ooms=({"kv_cache_mib": 2048},),
+        baseline=True,
+    ),
+    Case(
+        "the naive mode predicts nothing",
+        params={"kv_cache_mib": 3072},
+        ooms=({"kv_cache_mib": 2048},),
+        learn=False,
+    ),
+    Case(
+        "a KV cache over the device's free memory is predicted by the estimate",
+        params={"kv_cache_mib": 2048},
+        memory_gib=1.5,
+        status=TrialStatus.PREDICTED_OOM,
+        reason="estimate: ",
+    ),
+    Case("the same KV cache fits a device with room", params={"kv_cache_mib": 2048}, memory_gib=3),
+    Case(
+        "two lanes on one CPU host share its memory",
+        params={"kv_cache_mib": 2048},
+        memory_gib=3,
+        lanes=2,
+        status=TrialStatus.PREDICTED_OOM,
+        reason="estimate: ",
+    ),
+    Case(
+        "unknown device memory estimates nothing",
+        params={"kv_cache_mib": 4096},
+        memory_gib=None,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_gate(case: Case, tiny_model: Path, tmp_path: Path) -> None:
+    file = tmp_path / "kv.yaml"
+    file.write_text(KV_SPACE)
+    space = load_space(file)
+    spec = TuneSpec.model_validate(
+        {"study": "g", "model": str(tiny_model), "space": str(file), "root": tmp_path}
+    )
+    harness = Harness(spec, space, measure=lambda config, trial_dir: None)  # type: ignore[arg-type,return-value]
+    gate = Gate(
+        space,
+        ModelInfo.from_path(spec.model),
+        config_of=harness.engine_config,
+        devices=case.devices,
+        learn_failures=case.learn,
+        lanes=case.lanes,
+    )
+    params = {**BASE, **case.params}
+    config = harness.engine_config(params)
+    config.args.update(case.options)
+    ooms = tuple((k + 1, {**BASE, **oom}) for k, oom in enumerate(case.ooms))
+    memory = None
+    if case.memory_gib is not None:
+        memory = DeviceMemory("cpu:node0", 4 * GIB, int(case.memory_gib * GIB))
+    proposal = Proposal(params, config, baseline=case.baseline, twin=case.twin, ooms=ooms)
+
+    verdict = gate.check(proposal, memory)
+
+    assert verdict.status == case.status, verdict.reason
+    assert verdict.launch is (case.status is None)
+    assert case.reason in verdict.reason
+
+
+def test_gate_reads_nothing_and_records_nothing(tiny_model: Path, tmp_path: Path) -> None:
+    """The same proposal twice gets the same verdict: the gate keeps no state."""
+    file = tmp_path / "kv.yaml"
+    file.write_text(KV_SPACE)
+    space = load_space(file)
+    spec = TuneSpec.model_validate(
+        {"study": "g", "model": str(tiny_model), "space": str(file), "root": tmp_path}
+    )
+    harness = Harness(spec, space, measure=lambda config, trial_dir: None)  # type: ignore[arg-type,return-value]
+    gate = Gate(space, ModelInfo.from_path(spec.model), config_of=harness.engine_config)
+    params = {**BASE, "kv_cache_mib": 3072}
+    proposal = Proposal(
+        params, harness.engine_config(params), ooms=((4, {**BASE, "kv_cache_mib": 2048}),)
+    )
+    first, second = gate.check(proposal), gate.check(proposal)
+    assert first == second == Verdict(TrialStatus.PREDICTED_OOM, first.reason)
