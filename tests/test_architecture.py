@@ -1,0 +1,400 @@
+"""The package's shape, checked from its source: no import cycle, no module over 500 lines, and
+no private name or private module used from outside where it lives.
+
+The checker is a few functions over a source root (the folder that holds the package), so each
+check is first shown to catch what it looks for on a small synthetic tree, then run on the real
+`autotune/`. Imports are read with `ast`, wherever they stand (function-level and
+`TYPE_CHECKING` ones included), since an import placed in a function still ties two modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "autotune"
+MAX_LINES = 500
+
+
+@dataclass(frozen=True)
+class Import:
+    """One module imported by another, and the names taken from it (`from m import a, b`)."""
+
+    importer: str
+    module: str
+    names: tuple[str, ...]
+    line: int
+
+    def __str__(self) -> str:
+        names = f" ({', '.join(self.names)})" if self.names else ""
+        return f"{self.importer}:{self.line} imports {self.module}{names}"
+
+
+def module_files(root: Path, package: str = PACKAGE) -> dict[str, Path]:
+    """Every module of `package` under `root` by dotted name (a package by its `__init__.py`)."""
+    modules: dict[str, Path] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _is_package(module: str, modules: dict[str, Path]) -> bool:
+    return modules[module].name == "__init__.py"
+
+
+def _resolve(node: ast.ImportFrom, importer: str, modules: dict[str, Path]) -> str:
+    """The absolute module a `from ... import` names, relative levels resolved."""
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".")
+    if not _is_package(importer, modules):
+        base.pop()  # a module's level 1 is its package; a package's is itself
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _known(name: str, modules: dict[str, Path]) -> str | None:
+    """`name` or its longest prefix that is a module of the tree; None outside it."""
+    parts = name.split(".")
+    while parts:
+        if ".".join(parts) in modules:
+            return ".".join(parts)
+        parts.pop()
+    return None
+
+
+def imports(root: Path, package: str = PACKAGE) -> Iterator[Import]:
+    """Each import, anywhere in a module of `package`, of another module of the same tree.
+
+    `from m import x` is an import of module `m.x` where that is a module, else of `m` taking
+    the name `x`.
+    """
+    modules = module_files(root, package)
+    for importer, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+        for node in sorted(nodes, key=lambda n: (n.lineno, n.col_offset)):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if (target := _known(alias.name, modules)) is not None:
+                        yield Import(importer, target, (), node.lineno)
+            elif isinstance(node, ast.ImportFrom):
+                source = _resolve(node, importer, modules)
+                names: list[str] = []
+                for alias in node.names:
+                    if f"{source}.{alias.name}" in modules:
+                        yield Import(importer, f"{source}.{alias.name}", (), node.lineno)
+                    else:
+                        names.append(alias.name)
+                if names and (target := _known(source, modules)) is not None:
+                    yield Import(importer, target, tuple(names), node.lineno)
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def import_graph(root: Path, package: str = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the modules it imports. Importing `a.b.c` imports the packages `a.b` and `a`
+    too (their `__init__` runs), except those that hold the importer itself."""
+    graph: dict[str, set[str]] = {name: set() for name in module_files(root, package)}
+    for imp in imports(root, package):
+        parts = imp.module.split(".")
+        for end in range(1, len(parts) + 1):
+            target = ".".join(parts[:end])
+            if target in graph and not _inside(imp.importer, target):
+                graph[imp.importer].add(target)
+        if imp.module != imp.importer:
+            graph[imp.importer].add(imp.module)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module, each sorted, in name order
+    (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            for succ in successors:
+                if succ not in index:
+                    index[succ] = low[succ] = len(index)
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, iter(sorted(graph.get(succ, ())))))
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return sorted(found)
+
+
+def cycle_path(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One closed import path through a component's first module: `[a, b, ..., a]`."""
+    members, start = set(component), component[0]
+    parents: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following: list[str] = []
+        for node in frontier:
+            for succ in sorted(graph[node] & members):
+                if succ == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parents[path[-1]])
+                    return [*reversed(path), start]
+                if succ not in parents:
+                    parents[succ] = node
+                    following.append(succ)
+        frontier = following
+    raise ValueError(f"{component} is not a cycle")
+
+
+def long_modules(root: Path, package: str = PACKAGE, limit: int = MAX_LINES) -> list[str]:
+    """`module: N lines` for each module over `limit` lines."""
+    found = []
+    for name, path in module_files(root, package).items():
+        count = len(path.read_text(encoding="utf-8").splitlines())
+        if count > limit:
+            found.append(f"{name} ({path.relative_to(root)}): {count} lines")
+    return found
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(root: Path, package: str = PACKAGE) -> list[str]:
+    """Private names imported from another module, and private modules (`a.b._m`) imported from
+    outside their package `a.b` (a package's own modules may import each other)."""
+    found = []
+    for imp in imports(root, package):
+        private_names = [n for n in imp.names if _private(n)]
+        if private_names and imp.module != imp.importer:
+            found.append(f"{imp}: private name {', '.join(private_names)}")
+        parts = imp.module.split(".")
+        first = next((i for i, part in enumerate(parts) if _private(part)), None)
+        if first is not None and not _inside(imp.importer, ".".join(parts[:first])):
+            found.append(f"{imp}: private module of {'.'.join(parts[:first])}")
+    return found
+
+
+# --- The checker on synthetic trees ----------------------------------------------------------
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_graph_reads_every_kind_of_import(tmp_path: Path) -> None:
+    write_tree(
+        tmp_path,
+        {
+            "autotune/__init__.py": "",
+            "autotune/top.py": "import autotune.a.b as ab\nimport json\n",
+            "autotune/a/__init__.py": "from autotune.a._impl import thing\n",
+            "autotune/a/_impl.py": "from . import b\nfrom .b import x\nthing = 1\n",
+            "autotune/a/b.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from ..top import y\n"
+                "def f():\n    from autotune import c\n    return c\nx = 1\n"
+            ),
+            "autotune/c.py": "",
+        },
+    )
+    graph = import_graph(tmp_path)
+    assert graph["autotune.top"] == {"autotune.a", "autotune.a.b"}  # the package, not json
+    assert graph["autotune.a"] == {"autotune.a._impl"}
+    assert graph["autotune.a._impl"] == {"autotune.a.b"}  # its own package is not implied
+    assert graph["autotune.a.b"] == {"autotune.top", "autotune.c"}  # function-level too
+    assert graph["autotune.c"] == set()
+
+
+def test_a_cycle_is_found_and_named(tmp_path: Path) -> None:
+    write_tree(
+        tmp_path,
+        {
+            "autotune/__init__.py": "",
+            "autotune/a.py": "def f():\n    from autotune.b import g\n",
+            "autotune/b.py": "from autotune.c import h\n",
+            "autotune/c.py": "import autotune.a\n",
+            "autotune/d.py": "from autotune import a\n",
+            # Through a package's __init__: p/x imports q.y, whose package imports p.
+            "autotune/p/__init__.py": "from autotune.p.x import X\n",
+            "autotune/p/x.py": "from autotune.q.y import Y\nX = 1\n",
+            "autotune/q/__init__.py": "from autotune.p import X\n",
+            "autotune/q/y.py": "Y = 1\n",
+        },
+    )
+    graph = import_graph(tmp_path)
+    found = cycles(graph)
+    assert found == [
+        ["autotune.a", "autotune.b", "autotune.c"],
+        ["autotune.p", "autotune.p.x", "autotune.q"],
+    ]
+    assert cycle_path(graph, found[0]) == ["autotune.a", "autotune.b", "autotune.c", "autotune.a"]
+
+
+def test_no_cycle_in_a_layered_tree(tmp_path: Path) -> None:
+    write_tree(
+        tmp_path,
+        {
+            "autotune/__init__.py": "",
+            "autotune/low/__init__.py": "from autotune.low._m import M\n",
+            "autotune/low/_m.py": "from autotune.low import _n\nM = 1\n",
+            "autotune/low/_n.py": "",
+            "autotune/high.py": "from autotune.low import M\n",
+        },
+    )
+    assert cycles(import_graph(tmp_path)) == []
+
+
+def test_a_long_module_is_found(tmp_path: Path) -> None:
+    write_tree(
+        tmp_path,
+        {
+            "autotune/__init__.py": "",
+            "autotune/ok.py": "x = 1\n" * MAX_LINES,
+            "autotune/sub/long.py": "x = 1\n" * (MAX_LINES + 1),
+        },
+    )
+    assert long_modules(tmp_path) == ["autotune.sub.long (autotune/sub/long.py): 501 lines"]
+
+
+def test_private_imports_are_found(tmp_path: Path) -> None:
+    write_tree(
+        tmp_path,
+        {
+            "autotune/__init__.py": "",
+            "autotune/a/__init__.py": "from autotune.a._m import public\n__all__ = ['public']\n",
+            "autotune/a/_m.py": "public = 1\n_hidden = 2\n",
+            # Allowed: a package's own modules import each other's modules, public names.
+            "autotune/a/_n.py": "from autotune.a._m import public\nfrom . import _m\n",
+            # Not allowed: a private name, even from a sibling module (relative or not).
+            "autotune/a/_o.py": "from ._m import _hidden\n",
+            "autotune/b.py": (
+                "from autotune.a import public, __all__\n"  # the API, and a dunder: allowed
+                "def f():\n    from autotune.a._m import public\n"  # a private module
+                "import autotune.a._m\n"
+                "from autotune.a import _m\n"
+            ),
+        },
+    )
+    assert private_imports(tmp_path) == [
+        "autotune.a._o:1 imports autotune.a._m (_hidden): private name _hidden",
+        "autotune.b:3 imports autotune.a._m (public): private module of autotune.a",
+        "autotune.b:4 imports autotune.a._m: private module of autotune.a",
+        "autotune.b:5 imports autotune.a._m: private module of autotune.a",
+    ]
+
+
+# --- The checks on autotune/ -----------------------------------------------------------------
+
+
+def test_no_import_cycle() -> None:
+    graph = import_graph(ROOT)
+    found = cycles(graph)
+    report = "\n".join(f"{', '.join(c)}\n  e.g. {' -> '.join(cycle_path(graph, c))}" for c in found)
+    assert not found, f"import cycles between modules:\n{report}"
+
+
+def test_no_module_over_500_lines() -> None:
+    found = long_modules(ROOT)
+    assert not found, "modules over 500 lines (split them):\n" + "\n".join(found)
+
+
+def test_no_private_import_across_modules() -> None:
+    found = private_imports(ROOT)
+    assert not found, (
+        "private names or modules imported from outside (export them from the package's "
+        "__init__.py):\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize("module", ["autotune.devices", "autotune.space", "autotune.engine"])
+def test_the_real_graph_is_read(module: str) -> None:
+    """A sanity check that the checks above look at real edges, not at an empty graph."""
+    graph = import_graph(ROOT)
+    assert graph.get(module), f"{module} imports nothing?"
+
+
+# Layers: a module of the key's layer may not import one of these (dependencies point one way:
+# cli -> study -> (engine, bench, store, devices, space); readers of results import selection).
+FORBIDDEN = {
+    "autotune.study": ("autotune.cli",),
+    "autotune.export": ("autotune.cli", "autotune.study"),
+    "autotune.dashboard": ("autotune.cli", "autotune.study"),
+    "autotune.selection": ("autotune.cli", "autotune.study", "autotune.dashboard"),
+    **{
+        low: ("autotune.cli", "autotune.study", "autotune.dashboard", "autotune.export")
+        for low in (
+            "autotune.engine",
+            "autotune.bench",
+            "autotune.store",
+            "autotune.devices",
+            "autotune.space",
+            "autotune.spec",
+            "autotune.status",
+            "autotune.layout",
+            "autotune.host",
+        )
+    },
+}
+
+
+def layer_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """`importer -> imported` edges that point up a layer (see FORBIDDEN)."""
+    found = []
+    for importer, imported in sorted(graph.items()):
+        for layer, above in FORBIDDEN.items():
+            if importer != layer and not importer.startswith(layer + "."):
+                continue
+            for target in sorted(imported):
+                if any(target == a or target.startswith(a + ".") for a in above):
+                    found.append(f"{importer} -> {target}")
+    return found
+
+
+def test_a_layer_breach_is_found() -> None:
+    graph = {"autotune.export": {"autotune.study._runner"}, "autotune.cli._x": {"autotune.study"}}
+    assert layer_breaches(graph) == ["autotune.export -> autotune.study._runner"]
+
+
+def test_dependencies_point_one_way() -> None:
+    found = layer_breaches(import_graph(ROOT))
+    assert not found, "imports against the layers:\n" + "\n".join(found)
