@@ -17,9 +17,12 @@ import psutil
 import pytest
 from support import processes_mentioning
 
+from autotune import layout
 from autotune.store import StudyStore, TrialRecord
 
 TuneArgv = Callable[..., list[str | Path]]
+# Slow enough that the test can catch the tuner mid-trial; only the process under test is slow
+# (a resume runs in-process on the fast fake engine that the cli conftest sets up).
 SLOW = {"FAKE_ENGINE_STARTUP_S": "0.5", "FAKE_ENGINE_STEP_S": "0.1"}
 
 
@@ -33,9 +36,13 @@ def start_tuner(argv: list[str | Path], **env: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_for(path: Path, timeout_s: float = 60) -> None:
+def wait_for(path: Path, tuner: subprocess.Popen[str], timeout_s: float = 60) -> None:
+    """Wait for `path`; a tuner that exits first fails the test at once, with its output."""
     deadline = time.monotonic() + timeout_s
     while not path.exists():
+        if tuner.poll() is not None:
+            out, _ = tuner.communicate()
+            pytest.fail(f"the tuner exited ({tuner.returncode}) before {path} appeared:\n{out}")
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
 
@@ -62,10 +69,12 @@ def root(tmp_path: Path) -> Iterator[Path]:
         proc.kill()
 
 
-def test_tuner_killed_mid_trial_then_resumed(tune_argv: TuneArgv, root: Path) -> None:
+def test_tuner_killed_mid_trial_then_resumed(
+    tune_argv: TuneArgv, root: Path, cli: Callable[..., object]
+) -> None:
     argv = tune_argv("k", "--trials", "3", "--sampler", "random")
     tuner = start_tuner(argv)
-    wait_for(root / "k" / "trial-0001" / "engine.pid")
+    wait_for(root / "k" / "trial-0001" / "engine.pid", tuner)
     tuner.kill()  # SIGKILL: no handler runs, no teardown in the tuner
     tuner.wait()
     assert_no_engine_left(root)  # the engine got the parent-death signal
@@ -73,9 +82,8 @@ def test_tuner_killed_mid_trial_then_resumed(tune_argv: TuneArgv, root: Path) ->
     before = trials_of(root, "k")
     assert before[0].status == "ok" and before[1].state == "running"
 
-    resumed = start_tuner(argv)
-    out, _ = resumed.communicate(timeout=120)
-    assert resumed.returncode == 0, out
+    resumed = cli(*argv)  # in-process, on the fast fake engine
+    assert resumed.exit_code == 0, resumed.output  # type: ignore[attr-defined]
     after = trials_of(root, "k")
     assert after[0].model_dump() == before[0].model_dump()  # the finished trial is untouched
     assert after[1].status == "interrupted" and after[1].state == "fail"
@@ -88,11 +96,11 @@ def test_tuner_killed_mid_trial_then_resumed(tune_argv: TuneArgv, root: Path) ->
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_tears_down_records_and_summarizes(
-    tune_argv: TuneArgv, root: Path, sig: signal.Signals
+    tune_argv: TuneArgv, root: Path, sig: signal.Signals, cli: Callable[..., object]
 ) -> None:
     argv = tune_argv("i", "--trials", "3", "--sampler", "random")
     tuner = start_tuner(argv)
-    wait_for(root / "i" / "trial-0001" / "engine.pid")
+    wait_for(root / "i" / "trial-0001" / "engine.pid", tuner)
     time.sleep(0.5)
     tuner.send_signal(sig)
     out, _ = tuner.communicate(timeout=60)
@@ -103,9 +111,8 @@ def test_interrupt_tears_down_records_and_summarizes(
     trials = trials_of(root, "i")
     assert [t.status for t in trials] == ["ok", "interrupted"]
 
-    resumed = start_tuner(argv)
-    out, _ = resumed.communicate(timeout=120)
-    assert resumed.returncode == 0, out
+    resumed = cli(*argv)  # in-process, on the fast fake engine
+    assert resumed.exit_code == 0, resumed.output  # type: ignore[attr-defined]
     trials = trials_of(root, "i")
     assert len([t for t in trials if t.status == "ok"]) == 3
 
@@ -142,20 +149,24 @@ def test_malformed_space_on_an_existing_study_changes_nothing(
 def test_locked_database_waits_out_a_short_lock(tune_argv: TuneArgv, root: Path) -> None:
     argv = tune_argv("l", "--trials", "2", "--sampler", "random")
     tuner = start_tuner(argv, AUTOTUNE_SQLITE_TIMEOUT_S="20")
-    wait_for(root / "l" / "trial-0001" / "engine.pid")
+    wait_for(root / "l" / "trial-0001" / "engine.pid", tuner)
     with sqlite3.connect(root / "l" / "study.db") as other:
         other.execute("BEGIN EXCLUSIVE")  # e.g. another tool writing
-        time.sleep(3)  # trial 1 ends and waits to be recorded
+        # Trial 1 ends (its outcome is written before it is recorded) and waits to be recorded.
+        wait_for(root / "l" / "trial-0001" / layout.MEASUREMENT, tuner)
+        time.sleep(0.5)
         other.rollback()
     out, _ = tuner.communicate(timeout=120)
     assert tuner.returncode == 0, out
     assert [t.status for t in trials_of(root, "l")] == ["ok", "ok"]
 
 
-def test_measured_trial_survives_a_store_that_stays_locked(tune_argv: TuneArgv, root: Path) -> None:
+def test_measured_trial_survives_a_store_that_stays_locked(
+    tune_argv: TuneArgv, root: Path, cli: Callable[..., object]
+) -> None:
     argv = tune_argv("x", "--trials", "2", "--sampler", "random")
     tuner = start_tuner(argv, AUTOTUNE_SQLITE_TIMEOUT_S="1")
-    wait_for(root / "x" / "trial-0001" / "engine.pid")
+    wait_for(root / "x" / "trial-0001" / "engine.pid", tuner)
     other = sqlite3.connect(root / "x" / "study.db")
     other.execute("BEGIN EXCLUSIVE")
     try:
@@ -170,9 +181,8 @@ def test_measured_trial_survives_a_store_that_stays_locked(tune_argv: TuneArgv, 
     assert (root / "x" / "trial-0001" / "measurement.json").is_file()
     assert_no_engine_left(root)
 
-    resumed = start_tuner(argv)
-    out, _ = resumed.communicate(timeout=120)
-    assert resumed.returncode == 0, out
+    resumed = cli(*argv)  # in-process, on the fast fake engine
+    assert resumed.exit_code == 0, resumed.output  # type: ignore[attr-defined]
     trials = trials_of(root, "x")
     assert [t.status for t in trials] == ["ok", "ok"]  # recorded from its folder, not rerun
     assert trials[1].metrics["completed"] == 8
@@ -193,7 +203,10 @@ def test_repair_retries_each_oom_once_with_less_memory(
         "     low: 256, high: 4096, step: 256, baseline: 256}\n"
         "  - {name: max_num_seqs, type: categorical, choices: [16, 64], baseline: 64}\n"
     )
-    argv = tune_argv("r", "--trials", "6", "--space", space, "--repair", "--seed", "2")
+    # TPE over every objective, whose seed 2 proposes KV sizes above the OOM line.
+    argv = tune_argv(
+        "r", "--trials", "6", "--space", space, "--repair", "--seed", "2", "--search", "pareto"
+    )
     monkeypatch.setenv("FAKE_ENGINE_OOM_ABOVE", str(2048 * 2**20))
     result = cli(*argv)
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]

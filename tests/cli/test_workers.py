@@ -45,9 +45,16 @@ def trial_dirs(root: Path, study: str) -> set[int]:
     return {int(p.name.split("-")[1]) for p in (root / study).glob("trial-*")}
 
 
-def wait_until(check: Callable[[], object], timeout_s: float = 60) -> None:
+def wait_until(
+    check: Callable[[], object], process: subprocess.Popen[str], timeout_s: float = 60
+) -> None:
+    """Wait for `check()`; a `process` that exits first fails the test at once, with its output."""
     deadline = time.monotonic() + timeout_s
     while not check():
+        if process.poll() is not None:
+            out, _ = process.communicate()
+            command = f"autotune {process.args[3]}"
+            pytest.fail(f"`{command}` exited ({process.returncode}) while waited on:\n{out}")
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
 
@@ -59,7 +66,7 @@ def test_two_workers_run_exactly_the_budget_between_them(
     tuner = start(
         [*tune_argv("w", "--trials", "6", "--storage", pg, "--root", root_a)], "machine-a"
     )
-    wait_until(lambda: (root_a / "w" / "trial-0000").exists())
+    wait_until(lambda: (root_a / "w" / "trial-0000").exists(), tuner)
     worker = start(["worker", "--study", "w", "--storage", pg, "--root", root_b], "machine-b")
     out_a, _ = tuner.communicate(timeout=180)
     out_b, _ = worker.communicate(timeout=180)
@@ -87,11 +94,11 @@ def test_a_killed_workers_trial_is_recovered_by_the_other(
     tuner = start(
         [*tune_argv("k", "--trials", "4", "--storage", pg, "--root", root_a)], "machine-a", **beat
     )
-    wait_until(lambda: (root_a / "k" / "trial-0000").exists())
+    wait_until(lambda: (root_a / "k" / "trial-0000").exists(), tuner)
     worker = start(
         ["worker", "--study", "k", "--storage", pg, "--root", root_b], "machine-b", **beat
     )
-    wait_until(lambda: list((root_b / "k").glob("trial-*/engine.pid")))
+    wait_until(lambda: list((root_b / "k").glob("trial-*/engine.pid")), worker)
     (killed_dir,) = [p.parent for p in (root_b / "k").glob("trial-*/engine.pid")]
     killed = int(killed_dir.name.split("-")[1])
     worker.send_signal(signal.SIGKILL)
