@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 from importlib import metadata
+from pathlib import Path
 
 import psutil
 
@@ -36,6 +37,21 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_flags(root: Path = Path("/")) -> frozenset[str] | None:
+    """The CPU's feature flags as `/proc/cpuinfo` lists them (`avx512f`, `amx_tile` ...): those
+    of the first processor (x86 `flags`, ARM `Features`). None where the file cannot be read or
+    lists none. `root`: for tests."""
+    try:
+        with open(root / "proc" / "cpuinfo") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        return None
+    return None
 
 
 def describe_host() -> dict[str, object]:

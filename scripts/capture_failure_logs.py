@@ -22,6 +22,8 @@ The trimmed excerpts under `tests/fixtures/engine_logs/cpu-<case>.log` come from
     server-sigkill  the API server itself killed with SIGKILL (its log just stops)
     bad-values      max_num_batched_tokens 128 < max_num_seqs 256
     unknown-flag    an unrecognized argument
+    kv-fp8          `--kv-cache-dtype fp8` (fails on x86 hosts without AVX-512 or AMX)
+    quant-fp8       `--quantization fp8` (fails in the worker on CPU)
     healthy         a good start-up that serves requests; then a clean SIGTERM to the group
                     (`healthy.log` holds all of it; `healthy.bytes` in the summary is where the
                     healthy part ends)
@@ -281,6 +283,8 @@ def cases() -> list[Case]:
             [*KV_256_MIB, "--max-num-seqs", "256", "--max-num-batched-tokens", "128"],
         ),
         Case("unknown-flag", [*KV_256_MIB, "--no-such-flag", "1"]),
+        Case("kv-fp8", [*KV_256_MIB, "--kv-cache-dtype", "fp8"]),
+        Case("quant-fp8", [*KV_256_MIB, "--quantization", "fp8"]),
         Case("healthy", KV_256_MIB, action=serve_then_sigterm),
     ]
 

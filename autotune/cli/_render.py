@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from autotune.selection import (
     CONFIRM_ATTR,
@@ -15,9 +16,16 @@ from autotune.selection import (
     pareto_front,
     study_objectives,
 )
-from autotune.status import TrialStatus
+from autotune.status import PREDICTED_STATUSES, TrialStatus
 from autotune.store import TrialRecord, study_records
-from autotune.study import Event, StudyResult, TrialFinished, TrialSkipped, TrialStarted
+from autotune.study import (
+    Event,
+    SkipRule,
+    StudyResult,
+    TrialFinished,
+    TrialSkipped,
+    TrialStarted,
+)
 
 
 def event_printer(console: Console) -> Callable[[Event], None]:
@@ -78,6 +86,26 @@ def print_summary(console: Console, result: StudyResult) -> None:
         + ("; the space is exhausted" if result.exhausted else "")
         + ("; interrupted" if result.interrupted else "")
     )
+    line = skips_line(result)
+    if line:
+        console.print(line)
+
+
+def skips_line(result: StudyResult) -> str:
+    """What each rule of the gate kept from launching: `skipped before launch: 3
+    predicted_unsupported, 1 duplicate; the learned rules saved 3 launches (about 90
+    device-seconds at this run's mean failed launch)`; empty when nothing was skipped."""
+    counts = [(rule, result.skips.get(rule, 0)) for rule in SkipRule]
+    parts = [f"{n} {rule}" for rule, n in counts if n]
+    if not parts:
+        return ""
+    line = "skipped before launch: " + ", ".join(parts)
+    if result.predicted:
+        line += f"; the learned rules saved {result.predicted} launches"
+        if result.mean_failed_device_s:
+            saved = result.predicted * result.mean_failed_device_s
+            line += f" (about {saved:.0f} device-seconds at this run's mean failed launch)"
+    return line
 
 
 def _with_spread(t: TrialRecord, name: str, fmt: str) -> str:
@@ -155,12 +183,14 @@ def trial_table(
             cells.insert(0, f"{t.metric('peak_memory_gib'):.2f}" if t.measured else "-")
         if capacity:
             cells.insert(0, f"{t.metric('capacity_rps'):.2f}" if t.measured else "-")
+        predicted = t.status in PREDICTED_STATUSES  # the gate's, not a measured failure
         status = t.status if t.feasible or not t.measured else "ok (misses SLO)"
         if not t.measured and t.reason:
-            status = f"{t.status}: {t.reason[:60]}"
+            status = f"{t.status}: {t.reason[: 100 if predicted else 60]}"
         if t.repair_of is not None:
             status += f" (repair of {t.repair_of})"
-        table.add_row(f"{t.number}{mark}", t.description, *cells, status)
+        cell = Text(f"~ {status}", style="dim") if predicted else status
+        table.add_row(f"{t.number}{mark}", t.description, *cells, cell)
     return table
 
 
@@ -185,6 +215,12 @@ def print_front(
         rows = front + ([base] if base is not None and base not in front else [])
         title = f"Study {study}: Pareto front of {len(records)} trials (b baseline{w})"
     console.print(trial_table(title, rows, base, marks))
+    predicted = sum(t.status in PREDICTED_STATUSES for t in rows)
+    if predicted:
+        console.print(
+            f"~ {predicted} predicted, never launched: the gate's prediction from an earlier "
+            "trial's failure, not a measurement"
+        )
     names = ", ".join(f"{m} ({d[:3]})" for m, d in objectives)
     slos = attrs.get("slos") or {}
     slo_text = ", ".join(f"{k} <= {v:g}" for k, v in slos.items()) or "none"

@@ -46,6 +46,8 @@ GROUP_COLOURS = {
     "timeout": "#ff7f0e",
     TrialStatus.CRASH: "#8c564b",
     TrialStatus.INVALID_CONFIG: "#9467bd",
+    TrialStatus.UNSUPPORTED: "#17becf",
+    TrialStatus.PREDICTED_UNSUPPORTED: "#9edae5",  # the light twin, as predicted_oom is
     "running": "#1f77b4",
 }
 OTHER_COLOUR = "#7f7f7f"

@@ -14,13 +14,15 @@ from autotune.devices._cpu_slots import split_cpu
 from autotune.devices._discover import discover
 from autotune.devices._inventory import PLATFORMS, Device, DeviceError, Inventory, Platform
 from autotune.devices._lanes import plan_lanes
-from autotune.devices._memory import device_memory
+from autotune.devices._memory import device_memory, gpu_compute_capability
 from autotune.devices._numa import format_cpulist, parse_cpulist
 from autotune.devices._nvidia import (
     NVIDIA_APPS_QUERY,
+    NVIDIA_COMPUTE_CAP_QUERY,
     NVIDIA_GPU_QUERY,
     NvidiaGpu,
     gpu_devices,
+    parse_compute_caps,
     parse_nvidia_apps,
     parse_nvidia_gpus,
 )
@@ -39,6 +41,7 @@ __all__ = [
     "NPU_SMI_INFO",
     "NPU_SMI_TOPO",
     "NVIDIA_APPS_QUERY",
+    "NVIDIA_COMPUTE_CAP_QUERY",
     "NVIDIA_GPU_QUERY",
     "NVIDIA_TOPO",
     "PLATFORMS",
@@ -62,7 +65,9 @@ __all__ = [
     "discover_selected",
     "format_cpulist",
     "format_device_list",
+    "gpu_compute_capability",
     "gpu_devices",
+    "parse_compute_caps",
     "parse_cpulist",
     "parse_device_list",
     "parse_npu_smi_info",

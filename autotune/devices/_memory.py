@@ -8,7 +8,12 @@ from pathlib import Path
 
 from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
 from autotune.devices._cpu import cpu_memory
-from autotune.devices._nvidia import NVIDIA_GPU_QUERY, parse_nvidia_gpus
+from autotune.devices._nvidia import (
+    NVIDIA_COMPUTE_CAP_QUERY,
+    NVIDIA_GPU_QUERY,
+    parse_compute_caps,
+    parse_nvidia_gpus,
+)
 from autotune.devices._records import DeviceMemory, SmiParseError
 from autotune.devices._release import Runner, run_tool
 
@@ -44,6 +49,19 @@ def device_memory(
         logger.warning("no device tool for %s is installed: memory unknown", platform)
         return None
     return cpu_memory(0, root)
+
+
+def gpu_compute_capability(*, run: Runner | None = None) -> tuple[int, int] | None:
+    """The lowest compute capability of the host's GPUs, as nvidia-smi reports it; None when
+    nvidia-smi is not installed, fails or reports none (then nothing is judged by it)."""
+    try:
+        caps = parse_compute_caps(_output(run or run_tool, list(NVIDIA_COMPUTE_CAP_QUERY)))
+    except _NotInstalled:
+        return None
+    except (subprocess.SubprocessError, SmiParseError, OSError) as err:
+        logger.warning("cannot read the GPUs' compute capability: %s", err)
+        return None
+    return min(caps, default=None)
 
 
 def _gpu0(run: Runner) -> DeviceMemory | None:

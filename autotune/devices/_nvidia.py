@@ -26,6 +26,9 @@ NVIDIA_APPS_QUERY = (
     "--format=csv,noheader,nounits",
 )
 
+# One line per GPU: `8.6`, `9.0`, `12.0` (the major and minor version of its architecture).
+NVIDIA_COMPUTE_CAP_QUERY = ("nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader")
+
 _MISSING = frozenset({"[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", ""})
 
 
@@ -96,6 +99,21 @@ def parse_nvidia_apps(
         device = names.get(uuid, uuid)
         processes.append(DeviceProcess(device=device, pid=pid, used_bytes=_mib_field(used_text)))
     return processes
+
+
+def parse_compute_caps(text: str) -> list[tuple[int, int]]:
+    """(major, minor) of each GPU from `nvidia-smi --query-gpu=compute_cap`, in its order; a
+    GPU that reports none (`[N/A]`) is left out."""
+    caps = []
+    for fields in _csv_rows(text, header_starts="compute_cap"):
+        value = fields[0]
+        if value in _MISSING:
+            continue
+        major, dot, minor = value.partition(".")
+        if not (dot and major.isdigit() and minor.isdigit()):
+            raise SmiParseError(f"not a compute capability: {value!r}")
+        caps.append((int(major), int(minor)))
+    return caps
 
 
 def gpu_devices(gpus: list[NvidiaGpu]) -> dict[str, str]:

@@ -23,6 +23,7 @@ from autotune.engine._failures import (
     Failure,
     classify_exit,
     classify_log,
+    failure_signature,
     fatal_failure,
 )
 from autotune.engine._launcher import (
@@ -114,6 +115,7 @@ __all__ = [
     "cli_flag",
     "default_cores",
     "env_file_text",
+    "failure_signature",
     "fatal_failure",
     "free_port",
     "from_yaml_dict",

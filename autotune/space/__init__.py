@@ -10,6 +10,13 @@ problems = check_constraints(options, ModelInfo.from_path(model), platform=space
 
 from autotune.space._constraints import ModelInfo, check_constraints
 from autotune.space._errors import SpaceError
+from autotune.space._host import (
+    FP8_CPU_FLAGS,
+    HOST_RULES,
+    HostFacts,
+    host_problem,
+    restrict_to_host,
+)
 from autotune.space._loader import list_spaces, load_space
 from autotune.space._memory import (
     MemoryEstimate,
@@ -36,9 +43,12 @@ from autotune.space._space import SearchSpace, env_string
 
 __all__ = [
     "CORES_PLACEHOLDER",
+    "FP8_CPU_FLAGS",
+    "HOST_RULES",
     "BoolParam",
     "CategoricalParam",
     "FloatParam",
+    "HostFacts",
     "IntParam",
     "MemoryEstimate",
     "ModelInfo",
@@ -51,10 +61,12 @@ __all__ = [
     "dominating_oom",
     "env_string",
     "estimate_memory",
+    "host_problem",
     "list_spaces",
     "load_space",
     "memory_order",
     "needs_at_least",
     "repair",
+    "restrict_to_host",
     "weights_bytes",
 ]

@@ -1,7 +1,12 @@
-"""Reading search-space files: YAML -> validated `SearchSpace`, every failure one `SpaceError`."""
+"""Reading search-space files: YAML -> validated `SearchSpace`, every failure one `SpaceError`.
+
+What depends on the machine, not the file, is checked here at the edge: option values the
+installed vllm-ascend lacks, and (with `host`) values the host cannot run (`_host.py`).
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +16,14 @@ from pydantic_core import ErrorDetails
 
 from autotune.engine import ascend_option_problems, installed_ascend_version
 from autotune.space._errors import SpaceError
+from autotune.space._host import HostFacts, restrict_to_host
 from autotune.space._params import PARAMETER_TYPES, CategoricalParam, Issue
 from autotune.space._space import SearchSpace
 
 # The shipped spaces are package data (`search_spaces/` at the repository root links here).
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
+
+logger = logging.getLogger(__name__)
 
 
 def list_spaces() -> list[Path]:
@@ -23,8 +31,22 @@ def list_spaces() -> list[Path]:
     return sorted(SHIPPED_DIR.glob("*.yaml"))
 
 
-def load_space(path: str | Path) -> SearchSpace:
-    """Load and validate a search space from a file, or a shipped one by name (`cpu`)."""
+def load_space(path: str | Path, host: HostFacts | None = None) -> SearchSpace:
+    """Load and validate a search space from a file, or a shipped one by name (`cpu`).
+
+    With `host` (what this host can run, read once at the edge), values it cannot run are
+    dropped, one warning per parameter saying so (see `restrict_to_host`).
+    """
+    space = _load(path)
+    if host is None:
+        return space
+    space, notes = restrict_to_host(space, host)
+    for note in notes:
+        logger.warning("%s", note)
+    return space
+
+
+def _load(path: str | Path) -> SearchSpace:
     file = _resolve(path)
     data = _read_yaml(file)
     data.setdefault("name", file.stem)

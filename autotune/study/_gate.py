@@ -5,6 +5,8 @@ device's memory now): it returns a `Verdict` and records nothing; the runner rec
 
 - `invalid_config`: the config breaks a known constraint (`space.check_constraints`);
 - `duplicate`: the same config was measured, or holds a slot and runs now;
+- `predicted_unsupported`: it carries every value of a rule learned from deterministic
+  failures (`_learned.py`: a value vLLM said is unsupported here, or a crash seen twice);
 - `predicted_oom`: it needs at least the memory of a known OOM config (by the memory order of
   the parameters, or by what the two surely allocate), or the memory estimate says it cannot
   fit the device;
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +34,29 @@ from autotune.space import (
     estimate_memory,
 )
 from autotune.status import TrialStatus
+from autotune.study._learned import LearnedRule
 
 Params = dict[str, Any]
 
 
+class SkipRule(StrEnum):
+    """Which rule of the gate kept a proposal from launching (a study's result counts them)."""
+
+    INVALID = "invalid_config"
+    DUPLICATE = "duplicate"
+    UNSUPPORTED = "predicted_unsupported"
+    OOM_ORDER = "predicted_oom by memory order"
+    OOM_ESTIMATE = "predicted_oom by estimate"
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """What the gate decided: `status` None means launch it; else never launch, and why."""
+    """What the gate decided: `status` None means launch it; else never launch, why, and by
+    which rule."""
 
     status: TrialStatus | None = None
     reason: str = ""
+    rule: SkipRule | None = None
 
     @property
     def launch(self) -> bool:
@@ -59,6 +75,7 @@ class Proposal:
     baseline: bool = False
     twin: int | None = None  # a measured (or running) trial of the same config
     ooms: Sequence[tuple[int, Params]] = ()  # (number, params) of trials that ran out of memory
+    rules: Sequence[LearnedRule] = ()  # learned from deterministic failures, most general first
 
 
 @dataclass(frozen=True)
@@ -83,20 +100,39 @@ class Gate:
             p.config.args, self.model_info, devices=self.devices, platform=self.space.platform
         )
         if problems:
-            return Verdict(TrialStatus.INVALID_CONFIG, "; ".join(problems))
+            return Verdict(TrialStatus.INVALID_CONFIG, "; ".join(problems), SkipRule.INVALID)
         if p.twin is not None and not p.baseline:
-            return Verdict(TrialStatus.DUPLICATE, f"same config as trial {p.twin}")
+            twin = f"same config as trial {p.twin}"
+            return Verdict(TrialStatus.DUPLICATE, twin, SkipRule.DUPLICATE)
         if p.baseline or not self.learn_failures:
             return LAUNCH
-        reason = self._predicted_oom(p)
-        if reason is None:
-            reason = self._memory_problem(p.config, memory)
+        reason = self._predicted_unsupported(p)
         if reason is not None:
-            return Verdict(TrialStatus.PREDICTED_OOM, reason)
-        return LAUNCH
+            return Verdict(TrialStatus.PREDICTED_UNSUPPORTED, reason, SkipRule.UNSUPPORTED)
+        verdict = self._predicted_oom(p)
+        if verdict is None:
+            reason = self._memory_problem(p.config, memory)
+            if reason is not None:
+                verdict = Verdict(TrialStatus.PREDICTED_OOM, reason, SkipRule.OOM_ESTIMATE)
+        return verdict or LAUNCH
 
-    def _predicted_oom(self, p: Proposal) -> str | None:
-        """Why `p` would run out of memory as a known OOM config did, if it would.
+    def _predicted_unsupported(self, p: Proposal) -> str | None:
+        """Why `p` would fail as earlier trials did: it carries every value of a learned rule."""
+        rule = next((r for r in p.rules if r.matches(p.params)), None)
+        if rule is None:
+            return None
+        values = self.space.describe(rule.values)
+        if rule.kind == TrialStatus.CRASH:
+            first, second = rule.trials
+            how = f"which crashed the same way in trials {first} and {second}"
+        elif len(rule.trials) == 2:
+            how = "which failed as unsupported in trials {} and {}".format(*rule.trials)
+        else:
+            how = f"which failed as unsupported in trial {rule.trials[0]}"
+        return f"carries {values}, {how}: {rule.reason}"
+
+    def _predicted_oom(self, p: Proposal) -> Verdict | None:
+        """Whether `p` would run out of memory as a known OOM config did, and why.
 
         By the memory order of the parameters (at least as much on every one), or, where the
         KV size is given, by what the two configs surely allocate (the estimate's weights + KV
@@ -105,7 +141,8 @@ class Gate:
         """
         number = dominating_oom(self.space, p.params, list(p.ooms))
         if number is not None:
-            return f"needs at least the memory of trial {number}, which ran out of memory"
+            reason = f"needs at least the memory of trial {number}, which ran out of memory"
+            return Verdict(TrialStatus.PREDICTED_OOM, reason, SkipRule.OOM_ORDER)
         need = self._allocated(p.config)
         if need is None:
             return None
@@ -114,10 +151,11 @@ class Gate:
                 continue
             known = self._allocated(self.config_of(oom_params))
             if known is not None and need >= known:
-                return (
+                reason = (
                     f"allocates at least the memory of trial {number}, which ran out of memory "
                     f"({need / 2**30:.2f} >= {known / 2**30:.2f} GiB by the estimate)"
                 )
+                return Verdict(TrialStatus.PREDICTED_OOM, reason, SkipRule.OOM_ESTIMATE)
         return None
 
     def _allocated(self, config: EngineConfig) -> int | None:

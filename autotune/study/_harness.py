@@ -2,12 +2,15 @@
 
 `build_harness` turns a spec into the space, the workload plan, the launch settings, the
 measure of one trial and, for commands that run trials side by side, the device pool and the
-number of lanes. `tune`, `worker`, `confirm` and `profile` all start from one, so that a trial,
-its re-measurement and its profile are launched the same way.
+number of lanes. What the host can run is read here, once, before any launch: the space's
+values it cannot run are dropped with a warning that says so (`space.restrict_to_host`).
+`tune`, `worker`, `confirm` and `profile` all start from one, so that a trial, its
+re-measurement and its profile are launched the same way.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from collections.abc import Callable
@@ -16,12 +19,23 @@ from pathlib import Path
 from typing import Any
 
 from autotune.bench import WorkloadError, build_requests
-from autotune.devices import DeviceError, DeviceMemory, DevicePool, Lease, device_memory, plan_lanes
+from autotune.devices import (
+    DeviceError,
+    DeviceMemory,
+    DevicePool,
+    Lease,
+    device_memory,
+    gpu_compute_capability,
+    plan_lanes,
+)
 from autotune.engine import EngineConfig, LaunchSettings, resolve_env
-from autotune.space import SearchSpace, load_space
+from autotune.host import cpu_flags
+from autotune.space import HostFacts, SearchSpace, SpaceError, load_space, restrict_to_host
 from autotune.spec import SpecError, TuneSpec
 from autotune.study._measure import Measure, Measurement, Workplan, measure
 from autotune.study._prune import Judge
+
+logger = logging.getLogger(__name__)
 
 
 def _unknown_memory() -> DeviceMemory | None:
@@ -72,6 +86,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     as a whole (no device pool; the confirm step and profiles). Raises SpecError when the
     workload or the devices the spec asks for are not to be had here."""
     space = load_space(spec.space)
+    space = on_this_host(space, read_host_facts(space.platform))
     try:
         warmup, requests = build_requests(spec.workload, spec.model)
     except WorkloadError as exc:
@@ -123,6 +138,28 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         plan=plan,
         settings=settings,
     )
+
+
+def read_host_facts(platform: str, root: Path = Path("/")) -> HostFacts:
+    """What this host can run, for a space of `platform`: the CPU's flags on a CPU space, the
+    GPUs' lowest compute capability (nvidia-smi, where installed) on a CUDA one."""
+    if platform == "cpu":
+        return HostFacts(cpu_flags=cpu_flags(root))
+    if platform == "cuda":
+        return HostFacts(compute_capability=gpu_compute_capability())
+    return HostFacts()
+
+
+def on_this_host(space: SearchSpace, host: HostFacts) -> SearchSpace:
+    """`space` without the values `host` cannot run; one warning per parameter that lost some.
+    Raises SpecError when the space cannot run here at all."""
+    try:
+        restricted, notes = restrict_to_host(space, host)
+    except SpaceError as exc:
+        raise SpecError(str(exc)) from None
+    for note in notes:
+        logger.warning("%s", note)
+    return restricted
 
 
 def trial_engine_config(

@@ -10,7 +10,9 @@ The parts of that life live in their own modules: opening the study (`_opening`)
 An OOM teaches the search twice: Optuna sees a complete trial with worst-case values and a
 positive `oom` constraint, and every later proposal that needs at least the memory of a known
 OOM config is recorded as `predicted_oom` without a launch. With `repair`, an OOM trial is
-retried once, one step back towards what is known to fit, as a trial linked to it.
+retried once, one step back towards what is known to fit, as a trial linked to it. A value
+that is unsupported here (or a crash that repeats) teaches the same way: later proposals that
+carry it are `predicted_unsupported` (`_learned.py`). The result counts what each rule saved.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from autotune import store as keys
 from autotune.status import TrialStatus
 from autotune.store import StudyStore
 from autotune.study._events import Event
+from autotune.study._gate import SkipRule, Verdict
 from autotune.study._harness import Harness
 from autotune.study._opening import open_study, retry_failed_baseline
 from autotune.study._orphans import settle_orphans
@@ -51,6 +54,20 @@ class StudyResult:
     pruned: int = 0  # stopped early (see autotune.study._prune); counted apart from failures
     pruned_device_s: float = 0.0
     ok_device_s: list[float] = field(default_factory=list)  # of the fully measured trials
+    # Proposals the gate kept from launching, by the rule that did (`SkipRule` values).
+    skips: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def predicted(self) -> int:
+        """Proposals a learned rule (a known OOM, the estimate, an unsupported value or a
+        repeated crash) kept from launching: launches that would have failed."""
+        learned = (SkipRule.OOM_ORDER, SkipRule.OOM_ESTIMATE, SkipRule.UNSUPPORTED)
+        return sum(self.skips.get(rule, 0) for rule in learned)
+
+    @property
+    def mean_failed_device_s(self) -> float:
+        """What a failed launch of this run cost on average (0 without one)."""
+        return self.failed_device_s / self.failed if self.failed else 0.0
 
     @property
     def saved_device_s(self) -> float:
@@ -63,8 +80,10 @@ class StudyResult:
 
     def add(self, outcome: Outcome) -> bool:
         """Count one outcome; False where it used none of the skip budget."""
-        if outcome is None:
+        if outcome is None or isinstance(outcome, Verdict):
             self.skipped += 1
+            if isinstance(outcome, Verdict) and outcome.rule is not None:
+                self.skips[outcome.rule] = self.skips.get(outcome.rule, 0) + 1
             return True
         if outcome is NO_SLOT:
             return False

@@ -4,7 +4,8 @@ The sampler proposes a config; the gate (`_gate.py`) may keep it from launching 
 cost; the trial then claims one of the budget's slots (or gives the proposal back when other
 workers filled the budget), leases its devices, is measured (with early stopping against the
 front, where asked) and is recorded. A failed baseline or an engine that survived its teardown
-ends the study; an OOM queues its repair (with `repair`).
+ends the study; an OOM queues its repair (with `repair`). What the gate knows comes from the
+study's trials: the OOMs, and the rules that deterministic failures teach (`_learned.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import optuna
-from optuna.trial import Trial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState
 
 from autotune import layout
 from autotune import store as keys
@@ -27,16 +28,18 @@ from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord, TrialSlots
 from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
-from autotune.study._gate import Gate, Proposal, Verdict
+from autotune.study._gate import Gate, Proposal, SkipRule, Verdict
 from autotune.study._harness import Harness
+from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._measure import Measurement
 from autotune.study._prune import FrontPoint, Judge, PruneRule, make_judge
 from autotune.study._record import Recorder
 from autotune.study._worker import worker_attr
 
 NO_SLOT = "no slot"  # a proposal that found every slot of the budget taken
-# (number, measurement) of a launched trial; None: skipped (never launched); NO_SLOT.
-Outcome = tuple[int, Measurement] | None | str
+# (number, measurement) of a launched trial; the verdict of one the gate kept from launching;
+# None: skipped otherwise (settled meanwhile); NO_SLOT.
+Outcome = tuple[int, Measurement] | Verdict | None | str
 _ASK_LOCK = threading.Lock()  # one `study.ask` at a time in this process
 
 
@@ -90,8 +93,9 @@ class TrialRunner:
         config = self.harness.engine_config(params)
         description = self.harness.space.describe(params)
         self.recorder.proposed(trial, description, config)
-        if not self._passes_gate(study, trial, config):
-            return None
+        verdict = self._gate_verdict(study, trial, config)
+        if not verdict.launch:
+            return verdict
         slot = self.slots.claim(trial.number, self.spec.trials)
         if slot is None:
             self.recorder.give_back(study, trial)
@@ -99,8 +103,10 @@ class TrialRunner:
         twin = self._slot_twin(study, trial)
         if twin is not None:  # another worker claimed the same config at the same moment
             self.slots.release(trial.number)
-            self._skip(study, trial, Verdict(TrialStatus.DUPLICATE, f"same config as trial {twin}"))
-            return None
+            reason = f"same config as trial {twin}"
+            verdict = Verdict(TrialStatus.DUPLICATE, reason, SkipRule.DUPLICATE)
+            self._skip(study, trial, verdict)
+            return verdict
         self.recorder.slot(trial, slot)
         trial_dir = layout.trial_dir(self.spec.study_dir, trial.number)
         lease = None
@@ -146,26 +152,35 @@ class TrialRunner:
         if m.status == TrialStatus.OOM and self.spec.repair and self.recorder.learn_failures:
             self.recorder.queue_repair(study, trial, self.harness.space)
 
-    def _passes_gate(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> bool:
-        """Whether the proposal may launch; else it is recorded as the gate's verdict."""
+    def _gate_verdict(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> Verdict:
+        """The gate's verdict on the proposal; one that keeps it from launching is recorded."""
         baseline = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         proposal = Proposal(
             dict(trial.params),
             config,
             baseline=baseline,
             twin=None if baseline else _measured_twin(study, trial),  # a failed baseline reruns
-            ooms=_known_ooms(study),
+            ooms=_known_ooms(finished),
+            rules=self._rules(finished, baseline),
         )
         verdict = self.gate.check(proposal, self._memory(proposal))
         if verdict.launch:
-            return True
+            return verdict
         self._skip(study, trial, verdict)
         if baseline and verdict.status == TrialStatus.INVALID_CONFIG:
             raise StudyError(
                 f"the baseline config breaks a known constraint: {verdict.reason}"
                 " (fix the fixed options or the space's baseline values)"
             )
-        return False
+        return verdict
+
+    def _rules(self, finished: list[FrozenTrial], baseline: bool) -> list[LearnedRule]:
+        """What the study's deterministic failures teach (nothing for the baseline, nothing in
+        the naive mode: the gate would not use it)."""
+        if baseline or not self.recorder.learn_failures:
+            return []
+        return learned_rules(_tried(finished))
 
     def _memory(self, proposal: Proposal) -> DeviceMemory | None:
         """The device's memory now, read only where the gate may estimate with it."""
@@ -232,13 +247,34 @@ def _local_records(trial: TrialRecord) -> list[RequestRecord]:
         return []
 
 
-def _known_ooms(study: optuna.Study) -> list[tuple[int, dict[str, object]]]:
-    """(number, params) of the trials that ran out of memory on the device."""
+def _known_ooms(finished: list[FrozenTrial]) -> list[tuple[int, dict[str, object]]]:
+    """(number, params) of the finished trials that ran out of memory on the device."""
     return [
-        (t.number, t.params)
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get(keys.STATUS) == TrialStatus.OOM
+        (t.number, t.params) for t in finished if t.user_attrs.get(keys.STATUS) == TrialStatus.OOM
     ]
+
+
+def _tried(finished: list[FrozenTrial]) -> list[Tried]:
+    """The study's finished trials as the learned rules see them."""
+    return [
+        Tried(
+            t.number,
+            dict(t.params),
+            str(t.user_attrs.get(keys.STATUS, "")),
+            str(t.user_attrs.get(keys.REASON) or ""),
+            started=_got_past_startup(t.user_attrs),
+        )
+        for t in finished
+    ]
+
+
+def _got_past_startup(attrs: dict[str, object]) -> bool:
+    """Measured, or failed after the engine was ready: metrics were recorded (a benchmark
+    that completed no request), or the benchmark was aborted (the engine died, hung)."""
+    if attrs.get(keys.STATUS) in (TrialStatus.OK, TrialStatus.PRUNED):
+        return True
+    engine = attrs.get(keys.ENGINE)
+    return attrs.get(keys.METRICS) is not None or (isinstance(engine, dict) and "abort" in engine)
 
 
 def _measured_twin(study: optuna.Study, trial: Trial) -> int | None:

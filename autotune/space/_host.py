@@ -1,0 +1,157 @@
+"""Values a host cannot run, dropped from a space before a study starts.
+
+What the host is (`HostFacts`) is read once at the edge (`study.build_harness`); here it is only
+compared with each value a space can produce. The rules (`HOST_RULES`), each from vLLM's own
+code or docs:
+
+- vllm-cpu: an FP8 KV cache (`kv_cache_dtype: fp8`, `fp8_e4m3`, `fp8_e5m2`) needs AVX-512 or AMX
+  (`vllm/v1/attention/backends/cpu_attn.py`, `_get_attn_isa`, 0.32: otherwise `NotImplementedError:
+  FP8 KV cache on CPU requires x86 with AVX-512 or AMX.`, seen here: cpu-kv-fp8.log).
+- CUDA: an FP8 KV cache in E4M3 (`fp8`, `fp8_e4m3`) needs compute capability 8.9 (Triton: `type
+  fp8e4nv not supported in this architecture`, vllm-project/vllm#26431 on an RTX 3090, 8.6);
+  E5M2 is left to the study (Triton has `fp8e5` on 8.6). `quantization: fp8` needs 7.5: vLLM
+  0.32's FP8 docs run it as weight-only W8A16 (FP8 Marlin) from Turing on, W8A8 from 8.9.
+
+A rule drops a categorical choice (or a variant) that sets such a value; a fixed option that
+sets one is an error (the space cannot run here at all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.space._errors import SpaceError
+from autotune.space._params import CategoricalParam, format_value
+from autotune.space._space import SearchSpace
+
+FP8_CPU_FLAGS = ("avx512f", "amx_tile")
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the host can run, as read before any launch. None: not read (nothing is judged)."""
+
+    cpu_flags: frozenset[str] | None = None  # /proc/cpuinfo `flags`
+    compute_capability: tuple[int, int] | None = None  # the lowest of the GPUs (nvidia-smi)
+
+
+@dataclass(frozen=True)
+class HostRule:
+    """`option` values that `applies` to cannot run on `platform` where `problem` says why."""
+
+    platform: str
+    option: str
+    applies: Callable[[Any], bool]
+    problem: Callable[[HostFacts], str | None]
+
+
+def _fp8(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("fp8")
+
+
+def _fp8_e4m3(value: Any) -> bool:
+    return value in ("fp8", "fp8_e4m3")
+
+
+def _no_avx512_or_amx(host: HostFacts) -> str | None:
+    if host.cpu_flags is None or any(f in host.cpu_flags for f in FP8_CPU_FLAGS):
+        return None
+    return "an FP8 KV cache on CPU needs AVX-512 or AMX, and /proc/cpuinfo lists neither"
+
+
+def _below(need: tuple[int, int], what: str) -> Callable[[HostFacts], str | None]:
+    def problem(host: HostFacts) -> str | None:
+        cap = host.compute_capability
+        if cap is None or cap >= need:
+            return None
+        return f"{what} needs compute capability {need[0]}.{need[1]}; the GPU has {cap[0]}.{cap[1]}"
+
+    return problem
+
+
+HOST_RULES = (
+    HostRule("cpu", "kv_cache_dtype", _fp8, _no_avx512_or_amx),
+    HostRule("cuda", "kv_cache_dtype", _fp8_e4m3, _below((8, 9), "an FP8 (E4M3) KV cache")),
+    HostRule("cuda", "quantization", lambda v: v == "fp8", _below((7, 5), "fp8 quantization")),
+)
+
+
+def host_problem(platform: str, options: dict[str, Any], host: HostFacts) -> str | None:
+    """Why `options` cannot run on this host (the first rule that says so), or None."""
+    for rule in HOST_RULES:
+        if (
+            rule.platform == platform
+            and rule.option in options
+            and rule.applies(options[rule.option])
+        ):
+            problem = rule.problem(host)
+            if problem is not None:
+                return f"{rule.option}={format_value(options[rule.option])}: {problem}"
+    return None
+
+
+def restrict_to_host(space: SearchSpace, host: HostFacts) -> tuple[SearchSpace, list[str]]:
+    """The space without the values `host` cannot run, and one line per parameter that lost
+    some (a baseline that is dropped is replaced by the first remaining choice, and the line
+    says so). Raises SpaceError when a fixed option cannot run, or no choice of a parameter is
+    left."""
+    fixed = host_problem(space.platform, space.fixed, host)
+    if fixed is not None:
+        raise SpaceError(f"{space.label}: fixed.{fixed}")
+    notes: list[str] = []
+    parameters = []
+    for param in space.parameters:
+        kept, note = (
+            _restrict(space, param, host) if isinstance(param, CategoricalParam) else (param, None)
+        )
+        parameters.append(kept)
+        if note is not None:
+            notes.append(f"search space {space.name}: {note}")
+    if not notes:
+        return space, []
+    data = space.model_dump()
+    data["parameters"] = [p.model_dump() for p in parameters]
+    restricted = SearchSpace.model_validate(data)
+    restricted._source = space.source
+    return restricted, notes
+
+
+def _restrict(
+    space: SearchSpace, param: CategoricalParam, host: HostFacts
+) -> tuple[CategoricalParam, str | None]:
+    """The parameter without the choices `host` cannot run, and the line that says why."""
+    why: dict[int, str] = {}
+    for i, choice in enumerate(param.choices):
+        if param.variants:
+            options = space.variants[str(choice)]
+        elif param.target_option is not None and choice is not None:
+            options = {param.target_option: param.engine_value(choice)}
+        else:
+            continue
+        problem = host_problem(space.platform, options, host)
+        if problem is not None:
+            why[i] = problem
+    if not why:
+        return param, None
+    kept = [c for i, c in enumerate(param.choices) if i not in why]
+    dropped = ", ".join(format_value(param.choices[i]) for i in why)
+    reason = next(iter(why.values()))
+    if not kept:
+        raise SpaceError(f"{space.label}: no choice of {param.name} runs on this host ({reason})")
+    update: dict[str, Any] = {"choices": kept}
+    note = f"dropped {param.name} {dropped} before the study ({reason})"
+    if not any(_same(c, param.baseline) for c in kept):
+        update["baseline"] = kept[0]
+        note += (
+            f"; the baseline {param.name}={format_value(param.baseline)} is dropped too: "
+            f"trial 0 uses {format_value(kept[0])}, the first remaining choice"
+        )
+    if isinstance(param.memory, list):
+        update["memory"] = [c for c in param.memory if any(_same(c, k) for k in kept)]
+    return CategoricalParam.model_validate({**param.model_dump(), **update}), note
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
