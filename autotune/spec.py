@@ -121,7 +121,16 @@ class TuneSpec(BaseModel):
     )
     max_error_rate: float = Field(default=0.0, ge=0, le=1, description="Above it: infeasible")
     trials: int = Field(default=8, ge=1, description="Measured trials in the study, in all")
-    sampler: Literal["tpe", "nsga2", "random"] = "tpe"
+    search: Literal["goal", "pareto"] = Field(
+        default="goal",
+        description="goal: search for the first objective under the constraints (every "
+        "objective is still measured and the Pareto front kept); pareto: search every "
+        "objective with no preference",
+    )
+    sampler: Literal["auto", "guided", "tpe", "gp", "random", "nsga2"] = Field(
+        default="auto",
+        description="auto: the search's default (gp for goal, tpe for pareto)",
+    )
     seed: int = 0
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")
     root: Path = Field(default=Path("studies"), description="Folder for studies")

@@ -26,6 +26,10 @@ per method, the trials and device seconds until a trial first scores 95% (98%) o
 medians over seeds, a seed that never got there counting as never ("not reached" when half the
 seeds or more did not reach it).
 
+On a simulated landscape with structure (benchmarks/sim: a vLLM-like engine whose optimum is
+off the defaults and off any grid), `--landscape NAME` runs the tuner's search methods over
+many seeds and scores each by the truth instead (see benchmarks/sim/compare.py).
+
     python benchmarks/search_efficiency.py [--model models/tiny] [--trials 8] [--seeds 5]
         [--methods tpe,random,grid] [--measure-all] [--space FILE|NAME] [--workload W] [--rate R]
         [--concurrency C] [--load capacity --metric capacity_rps] [--slo M=B ...] [--option K=V]
@@ -41,6 +45,7 @@ import json
 import math
 import shutil
 import statistics
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -465,6 +470,14 @@ def _notes(args: argparse.Namespace, spec: TuneSpec, table: MeasurementTable) ->
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if any(a.split("=")[0] == "--landscape" for a in given):
+        # A simulated landscape (benchmarks/sim): imported here, as this folder's `sim`
+        # package is on the path only when this file runs as a script.
+        from sim.compare import main as on_landscape
+
+        on_landscape(given)
+        return
     args = parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

@@ -71,7 +71,9 @@ def test_flags_win_over_the_file(tmp_path: Path) -> None:
 def test_flags_alone(tmp_path: Path) -> None:
     spec = load_spec(None, {"study": "s", "model": "m", "workload": "random:prompts=3"})
     assert spec.workload.prompts == 3
-    assert spec.load.rate == 8.0 and spec.trials == 8 and spec.sampler == "tpe"
+    assert spec.load.rate == 8.0 and spec.trials == 8
+    # The default search is goal-directed, its sampler the one the benchmark chose.
+    assert spec.search == "goal" and spec.sampler == "auto"
 
 
 def test_bad_yaml(tmp_path: Path) -> None:

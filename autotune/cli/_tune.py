@@ -82,7 +82,16 @@ def tune(
     served_model_name: Annotated[str | None, typer.Option(help="Name clients send")] = None,
     storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the study store")] = None,
     root: Annotated[Path | None, typer.Option(help="Folder for studies")] = None,
-    sampler: Annotated[str | None, typer.Option(help="tpe | nsga2 | random")] = None,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            help="goal: search for the first objective under the SLOs (default); pareto: "
+            "every objective alike"
+        ),
+    ] = None,
+    sampler: Annotated[
+        str | None, typer.Option(help="auto | guided | tpe | gp | random | nsga2")
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler and workload seed")] = None,
     repair: Annotated[
         bool | None,
@@ -179,7 +188,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
         if flags[key] is not None
     }
     for key in (
-        *("sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
+        *("search", "sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
         *("repeats", "prune", "confirm", "confirm_rounds", "scenario"),
     ):
         if flags[key] is not None:

@@ -8,8 +8,16 @@ pure functions over stored trials, for readers that need none of this machinery.
 from autotune.study._confirm import Confirmer
 from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
-from autotune.study._gate import LAUNCH, Gate, Proposal, Verdict
-from autotune.study._harness import Harness, build_harness, model_ref, trial_engine_config
+from autotune.study._gate import LAUNCH, Gate, Proposal, SkipRule, Verdict
+from autotune.study._harness import (
+    Harness,
+    build_harness,
+    model_ref,
+    on_this_host,
+    read_host_facts,
+    trial_engine_config,
+)
+from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._measure import Measure, Measurement, Workplan, measure
 from autotune.study._objectives import (
     ERROR_RATE,
@@ -20,7 +28,7 @@ from autotune.study._objectives import (
     constraint_values,
     objective_values,
 )
-from autotune.study._opening import SPEC_ATTR, make_sampler
+from autotune.study._opening import SPEC_ATTR
 from autotune.study._profile import (
     ProfileError,
     ProfilePlan,
@@ -29,6 +37,7 @@ from autotune.study._profile import (
 from autotune.study._prune import Judge, PruneRule, make_judge
 from autotune.study._record import flat_metrics
 from autotune.study._runner import StudyResult, StudyRunner
+from autotune.study._search import make_sampler, sampler_name, told_objectives
 
 __all__ = [
     "ERROR_RATE",
@@ -43,28 +52,36 @@ __all__ = [
     "Gate",
     "Harness",
     "Judge",
+    "LearnedRule",
     "Measure",
     "Measurement",
     "ProfileError",
     "ProfilePlan",
     "Proposal",
     "PruneRule",
+    "SkipRule",
     "StudyError",
     "StudyResult",
     "StudyRunner",
     "TrialFinished",
     "TrialSkipped",
     "TrialStarted",
+    "Tried",
     "Verdict",
     "Workplan",
     "build_harness",
     "constraint_values",
     "flat_metrics",
+    "learned_rules",
     "make_judge",
     "make_sampler",
     "measure",
     "model_ref",
     "objective_values",
+    "on_this_host",
     "profile_config",
+    "read_host_facts",
+    "sampler_name",
+    "told_objectives",
     "trial_engine_config",
 ]

@@ -21,23 +21,11 @@ from autotune.status import TrialStatus
 from autotune.store import StudyStore, default_storage_url
 from autotune.study._errors import StudyError
 from autotune.study._harness import Harness, model_ref
+from autotune.study._search import make_sampler, told_objectives
 
 logger = logging.getLogger(__name__)
 
 SPEC_ATTR = "spec"  # the study attribute holding TuneSpec.shared(): what workers run
-
-
-def make_sampler(spec: TuneSpec, offset: int = 0) -> optuna.samplers.BaseSampler:
-    """The spec's sampler, seeded with `spec.seed + offset` (a resumed study passes the number
-    of trials it has, so that it does not propose its first configs again)."""
-    seed = spec.seed + offset
-    if spec.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if spec.sampler == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    return optuna.samplers.TPESampler(
-        seed=seed, multivariate=True, constant_liar=True, n_startup_trials=4
-    )
 
 
 def open_study(
@@ -47,8 +35,10 @@ def open_study(
     (same experiment only); True if it was created. `join`: one of several workers starting
     together; its sampler is seeded apart from theirs."""
     spec = harness.spec
-    directions = [o.direction for o in spec.objectives]
-    study, created = store.create_or_load(spec.study, directions, make_sampler(spec))
+    if store.has(spec.study):
+        _check_same_search(spec, store.study_attrs(spec.study))
+    directions = [o.direction for o in told_objectives(spec)]
+    study, created = store.create_or_load(spec.study, directions, make_sampler(spec, harness.space))
     if created:
         _initialize(harness, store, study)
     else:
@@ -57,7 +47,7 @@ def open_study(
         if join:
             # Workers that start together must not propose the same configs.
             offset += int(uuid.uuid4().int % 1_000_000)
-        study.sampler = make_sampler(spec, offset=offset)
+        study.sampler = make_sampler(spec, harness.space, offset=offset)
     study.set_user_attr(SPEC_ATTR, _shared_spec(spec))
     return study, created
 
@@ -101,6 +91,18 @@ def _check_same_experiment(harness: Harness, study: optuna.Study) -> None:
             )
 
 
+def _check_same_search(spec: TuneSpec, stored: dict[str, Any]) -> None:
+    """A study continues with the search it was created with (Optuna keeps its objectives);
+    a study of an older version, without the attribute, searched every objective."""
+    objectives = stored.get("objectives") or []
+    searched = stored.get("search") or ("pareto" if len(objectives) > 1 else spec.search)
+    if searched != spec.search:
+        raise StudyError(
+            f"study {spec.study!r} was run with --search {searched}: continue it with "
+            f"--search {searched}, or use another --study name"
+        )
+
+
 def _initialize(harness: Harness, store: StudyStore, study: optuna.Study) -> None:
     spec = harness.spec
     attrs: dict[str, Any] = {
@@ -108,6 +110,7 @@ def _initialize(harness: Harness, store: StudyStore, study: optuna.Study) -> Non
         "served_model_name": spec.api_model_name,
         "platform": harness.space.platform,
         "objectives": [o.model_dump() for o in spec.objectives],
+        "search": spec.search,  # checked on resume by _check_same_search
         "host": describe_host(),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }

@@ -29,6 +29,7 @@ from autotune.study._errors import StudyError
 from autotune.study._gate import Verdict
 from autotune.study._measure import Measurement
 from autotune.study._objectives import constraint_values, objective_values
+from autotune.study._search import told_objectives
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class Recorder:
         trial.set_user_attr(keys.REASON, verdict.reason)
         for name, value in constraint_values(None, self.spec.slos, 0.0, verdict.status).items():
             trial.set_constraint(name, value)
-        study.tell(trial, objective_values(self.spec.objectives, None))
+        study.tell(trial, objective_values(told_objectives(self.spec), None))
 
     def measured(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
         """Record a measured trial; if the store fails, say where the measurement is kept."""
@@ -103,7 +104,7 @@ class Recorder:
         )
         for name, value in constraints.items():
             trial.set_constraint(name, value)
-        study.tell(trial, objective_values(self.spec.objectives, m.summary))
+        study.tell(trial, objective_values(told_objectives(self.spec), m.summary))
 
     def interrupted(self, study: optuna.Study, trial: Trial, trial_dir: Path) -> None:
         """Ctrl-C or SIGTERM during the trial: FAILED, its folder kept."""

@@ -34,6 +34,7 @@ def test_an_offline_study_scores_batches_by_tokens_per_second(
     argv = tune_argv(
         "off", "--scenario", "offline", "--trials", "3", "--spec", offline_spec(tmp_path),
         "--objective", "output_throughput:max", "--objective", "peak_memory_gib:min",
+        "--search", "pareto",  # Optuna is told both objectives
     )  # fmt: skip
     result = cli(*argv)
     out = result.output  # type: ignore[attr-defined]

@@ -1,0 +1,77 @@
+"""How a study searches: what Optuna is told, and which sampler proposes.
+
+`search: goal` (the default) searches for what the user will deploy: the first objective, under
+the SLO, error-rate and failure constraints; every objective is still measured and stored, and
+the Pareto front of all of them is what `show`, `export` and the dashboard read.
+`search: pareto` tells Optuna every objective, with no preference among them.
+
+Samplers: `guided` (pattern search from the baseline along vLLM's memory-monotone knobs; see
+`_guided.py`), `tpe`, `gp` (Optuna's Gaussian-process sampler, constraints included; needs
+torch and scipy), `random`, `nsga2`; `auto` is the default of the search: `gp` for goal,
+`tpe` for pareto (see docs/benchmarks.md for the figures that chose it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+
+import optuna
+
+from autotune.space import SearchSpace, memory_order
+from autotune.spec import Objective, TuneSpec
+from autotune.study._guided import GuidedSampler
+
+THROUGHPUT_METRICS = frozenset(
+    {"output_throughput", "total_throughput", "request_throughput", "goodput", "capacity_rps"}
+)
+logger = logging.getLogger(__name__)
+
+# Chosen by benchmarks/search_efficiency.py --landscape (docs/benchmarks.md): on the simulated
+# throughput landscape, Optuna's GP sampler with constraints reached 98% of the optimum in a
+# median 8 trials, TPE on the one objective in 16, TPE over every objective in 20.
+DEFAULT_SAMPLER = {"goal": "gp", "pareto": "tpe"}
+
+
+def told_objectives(spec: TuneSpec) -> list[Objective]:
+    """The objectives Optuna is told: the first one (goal search) or all (pareto)."""
+    return list(spec.objectives[:1]) if spec.search == "goal" else list(spec.objectives)
+
+
+def sampler_name(spec: TuneSpec) -> str:
+    """The sampler that runs: the spec's, or the search's default (`gp` where its libraries
+    are installed, else `tpe`)."""
+    if spec.sampler != "auto":
+        return spec.sampler
+    name = DEFAULT_SAMPLER[spec.search]
+    if name == "gp" and not _gp_available():
+        logger.warning("the GP sampler needs torch and scipy; searching with TPE instead")
+        return "tpe"
+    return name
+
+
+def _gp_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "scipy"))
+
+
+def make_sampler(
+    spec: TuneSpec, space: SearchSpace, offset: int = 0
+) -> optuna.samplers.BaseSampler:
+    """The spec's sampler, seeded with `spec.seed + offset` (a resumed study passes the number
+    of trials it has, so that it does not propose its first configs again)."""
+    seed = spec.seed + offset
+    name = sampler_name(spec)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
+    if name == "guided":
+        up = [p.name for p in space.parameters if memory_order(p) == "up"]
+        first = spec.objectives[0]
+        prefer_up = first.metric in THROUGHPUT_METRICS and first.direction == "maximize"
+        return GuidedSampler(space.distributions(), up=up, prefer_up=prefer_up, seed=seed)
+    return optuna.samplers.TPESampler(
+        seed=seed, multivariate=True, constant_liar=True, n_startup_trials=4
+    )

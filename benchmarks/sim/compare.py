@@ -1,0 +1,133 @@
+"""The search-efficiency table on simulated landscapes (`search_efficiency.py --landscape`).
+
+    python benchmarks/search_efficiency.py --landscape NAME[,NAME] [--methods guided,tpe,...]
+        [--seeds 10] [--trials 30] [--noise 0.05] [--drift 0.26] [--jobs 2] [--out F.json]
+
+For each landscape: its ground-truth optimum (random samples refined by a coordinate search,
+noise-free), then every method over every seed (see `tuning.py`), then per method the medians
+over seeds of the launched trials and device seconds until the config `export` would deploy
+first scores 95% / 98% of the optimum (a seed that never does counts as never: "-" when half
+the seeds or more did not get there), the median share of the optimum deployed after 8 and 15
+trials, and in how many seeds it reached 95% within 15 trials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from autotune.space import load_space
+
+from .landscapes import LANDSCAPES
+from .tuning import METHODS, Step, Truth, optimum, reached, run_grid, run_method
+
+ALL_METHODS = (*METHODS, "grid")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add("--landscape", required=True, help="comma-separated names: " + ", ".join(LANDSCAPES))
+    add("--methods", default=",".join(ALL_METHODS))
+    add("--seeds", type=int, default=10)
+    add("--trials", type=int, default=30, help="launched trials per study")
+    add("--noise", type=float, default=0.05, help="run-to-run spread (+-)")
+    add("--drift", type=float, default=0.26, help="slow drift, at most, over half the period")
+    add("--jobs", type=int, default=2)
+    add("--out", type=Path, default=None)
+    return parser.parse_args(argv)
+
+
+def _one(job: tuple[str, str, int, int, float, float]) -> tuple[str, str, int, list[Step]]:
+    name, method, seed, trials, noise, drift = job
+    landscape = LANDSCAPES[name]
+    truth = Truth(landscape)
+    if method == "grid":
+        return name, method, seed, run_grid(landscape, truth, noise, drift)
+    steps = run_method(landscape, METHODS[method], seed, trials, truth, noise, drift)
+    return name, method, seed, steps
+
+
+def _median(values: list[float | None]) -> float | None:
+    """The median where a None (never) counts as worse than any value."""
+    if not values:
+        return None
+    ordered = sorted(values, key=lambda v: (v is None, v or 0.0))
+    middle = ordered[(len(ordered) - 1) // 2]
+    return middle
+
+
+def summarize(runs: list[list[Step]], best: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for share in (0.95, 0.98):
+        hits = [reached(steps, best, share) for steps in runs]
+        trials = _median([h[0] if h else None for h in hits])
+        device = _median([h[1] if h else None for h in hits])
+        out[f"trials_to_{round(share * 100)}"] = trials
+        out[f"device_s_to_{round(share * 100)}"] = device
+    for k in (8, 15, 30):
+        shares = [(steps[min(k, len(steps)) - 1].truth / best) if steps else 0.0 for steps in runs]
+        out[f"share_at_{k}"] = statistics.median(shares)
+    out["seeds_95_within_15"] = sum(
+        1 for steps in runs if (h := reached(steps, best, 0.95)) and h[0] <= 15
+    )
+    out["seeds"] = len(runs)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    names = args.landscape.split(",")
+    methods = args.methods.split(",")
+    report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+    for name in names:
+        landscape = LANDSCAPES[name]
+        truth = Truth(landscape)
+        best_params, best = optimum(landscape, truth)
+        space = load_space(landscape.space)
+        baseline = truth.score(space.to_engine(space.baseline_params())[0])
+        print(f"\n{name}: optimum {best:,.2f} at {best_params}; baseline {baseline / best:.1%}")
+        jobs = [
+            (name, m, seed, args.trials, args.noise, args.drift)
+            for m in methods
+            for seed in (range(1) if m == "grid" else range(args.seeds))
+        ]
+        runs: dict[str, list[list[Step]]] = {m: [] for m in methods}
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            for _, method, _seed, steps in pool.map(_one, jobs):
+                runs[method].append(steps)
+        table = {m: summarize(runs[m], best) for m in methods}
+        _print(table)
+        report[name] = {
+            "optimum": best,
+            "optimum_params": best_params,
+            "baseline_share": baseline / best,
+            "methods": table,
+            "runs": {m: [[asdict(s) for s in r] for r in runs[m]] for m in methods},
+        }
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+
+
+def _print(table: dict[str, dict[str, Any]]) -> None:
+    def fmt(v: Any, spec: str = "") -> str:
+        return "-" if v is None else format(v, spec)
+
+    print(
+        "| method | trials to 95% | trials to 98% | device-s to 95% | device-s to 98% "
+        "| share at 8 | share at 15 | share at 30 | seeds 95% within 15 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m, row in table.items():
+        print(
+            f"| {m} | {fmt(row['trials_to_95'])} | {fmt(row['trials_to_98'])} "
+            f"| {fmt(row['device_s_to_95'], ',.0f')} | {fmt(row['device_s_to_98'], ',.0f')} "
+            f"| {row['share_at_8']:.1%} | {row['share_at_15']:.1%} | {row['share_at_30']:.1%} "
+            f"| {row['seeds_95_within_15']}/{row['seeds']} |"
+        )

@@ -1,0 +1,330 @@
+"""A simulated vLLM OpenAI server: `vllm serve`'s CLI shape, the landscape's scheduler in real time.
+
+    SIM_LANDSCAPE=llama8b-h100-throughput python benchmarks/sim/server.py --config engine.yaml \
+        --port 8000 [--host 127.0.0.1] [--landscape NAME] [...]
+
+Unknown flags are ignored. The engine YAML (dashes or underscores, as the tuner writes it) is
+read into a `SimConfig` over the landscape's vLLM defaults. A config that does not fit fails
+start-up with vLLM's own message (CUDA OOM, no memory for the cache blocks, or the KV-capacity
+check) and exits 1. Otherwise it serves `/health`, `/version`, `/v1/models` and streaming
+`/v1/completions` (usage in the last chunk), stepping the same `Scheduler` as `simulate`: one
+step of simulated seconds lasts that times `SIM_TIME_SCALE` of wall time.
+
+Environment: SIM_LANDSCAPE; SIM_TIME_SCALE (1.0); SIM_CHUNK_TOKENS (8: tokens per SSE event
+after the first); SIM_NOISE (0: a start-to-start factor uniform in 1 +- NOISE on step times,
+plus per-step jitter of a fifth of it); SIM_SEED (with it, the noise is fixed per config;
+without, fresh per start); SIM_DRIFT (0: slowdown up to this share, a sinusoid of host time
+with period SIM_DRIFT_PERIOD_S, default 3600, so 30 minutes go from none to all of it);
+SIM_STARTUP_S (0.3). Text prompts count as len(text) / 4 tokens; token-id prompts exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if not __package__:  # run as a script: import this folder as the package `sim`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    __package__ = "sim"
+    import sim  # noqa: F401
+
+import yaml
+
+from .landscapes import LANDSCAPES, Landscape
+from .model import GIB, MemoryPlan, SimConfig, memory_plan
+from .scheduler import Request, Scheduler
+
+PID = os.getpid()
+
+
+def log(level: str, message: str, where: str = "api_server.py") -> None:
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(
+        f"(APIServer pid={PID}) {level} {stamp} [{where}:1] {message}", file=sys.stderr, flush=True
+    )
+
+
+def failure_log(landscape: Landscape, cfg: SimConfig, plan: MemoryPlan) -> str:
+    """vLLM's own wording of the failure (each matches engine._failures' table)."""
+    gpu, costs = landscape.hardware.gpu, landscape.hardware.costs
+    total = gpu.total_bytes
+    core = f"(EngineCore_DP0 pid={PID}) ERROR {time.strftime('%m-%d %H:%M:%S')} [core.py:1] "
+    if plan.failure == "invalid_config":
+        head = "pydantic_core._pydantic_core.ValidationError: 1 validation error"
+        return f"{head}\n  Value error, {plan.reason}"
+    if plan.reason.startswith("free memory"):
+        cause = (
+            f"ValueError: Free memory on device ({(total - costs.context_bytes) / GIB:.2f}/"
+            f"{total / GIB:.2f} GiB) on startup is less than desired GPU memory utilization "
+            f"({cfg.gpu_memory_utilization}, {plan.budget / GIB:.2f} GiB). Decrease GPU memory "
+            "utilization or reduce GPU memory used by other processes."
+        )
+    elif plan.reason.startswith("no available"):
+        cause = (
+            "ValueError: No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine."
+        )
+    elif plan.failure == "oom":
+        over = plan.budget + plan.outside - total
+        cause = (
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+            f"{max(over, 2**27) / GIB:.2f} GiB. GPU 0 has a total capacity of {total / GIB:.2f} "
+            f"GiB of which {max(0, total - plan.budget - costs.context_bytes) / 2**20:.2f} MiB "
+            f"is free. ({gpu.name}, during CUDA graph capture)"
+        )
+    else:
+        need = cfg.max_model_len * plan.kv_bytes_per_token
+        cause = (
+            f"ValueError: To serve at least one request with the models's max seq len "
+            f"({cfg.max_model_len}), ({need / GIB:.2f} GiB KV cache is needed, which is larger "
+            f"than the available KV cache memory ({plan.kv_bytes / GIB:.2f} GiB). Based on the "
+            f"available memory, the estimated maximum model length is {plan.kv_tokens}. Try "
+            "increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+            "initializing the engine."
+        )
+    return (
+        f"{core}EngineCore failed to start.\n{core}{cause}\n"
+        f"(APIServer pid={PID}) RuntimeError: Engine core initialization failed. See root "
+        "cause above. Failed core proc(s): {}"
+    )
+
+
+class Noise:
+    """Step-time factor: a per-start level, per-step jitter and a slow drift of host time."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.noise = float(os.environ.get("SIM_NOISE", "0"))
+        self.drift = float(os.environ.get("SIM_DRIFT", "0"))
+        self.period = float(os.environ.get("SIM_DRIFT_PERIOD_S", "3600"))
+        seed = os.environ.get("SIM_SEED")
+        key = f"{seed}/{sorted(vars(cfg).items())}" if seed else f"{time.time_ns()}/{PID}"
+        self.rng = random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
+        self.level = 1.0 + self.rng.uniform(-self.noise, self.noise)
+
+    def factor(self) -> float:
+        jitter = self.rng.uniform(-self.noise, self.noise) / 5 if self.noise else 0.0
+        phase = 2 * math.pi * time.time() / self.period
+        return (self.level + jitter) * (1.0 + self.drift * 0.5 * (1 - math.cos(phase)))
+
+
+class Engine:
+    """The scheduler stepped in real time; each request's tokens go to its own queue."""
+
+    def __init__(self, landscape: Landscape, cfg: SimConfig, plan: MemoryPlan) -> None:
+        self.sched = Scheduler(landscape.hardware, cfg, plan)
+        self.scale = float(os.environ.get("SIM_TIME_SCALE", "1.0"))
+        self.noise = Noise(cfg)
+        self.queues: dict[int, asyncio.Queue[int]] = {}
+        self.wake = asyncio.Event()
+        self.t0 = time.perf_counter()
+        self.next_id = 0
+
+    def sim_now(self) -> float:
+        return (time.perf_counter() - self.t0) / self.scale
+
+    def submit(self, prompt: int, output: int) -> asyncio.Queue[int]:
+        request = Request(self.next_id, prompt, output, self.sim_now())
+        self.next_id += 1
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        self.queues[request.rid] = queue
+        self.sched.add(request)
+        self.wake.set()
+        return queue
+
+    async def run(self) -> None:
+        sched = self.sched
+        while True:
+            if sched.idle:
+                self.wake.clear()
+                await self.wake.wait()
+                sched.now = max(sched.now, self.sim_now())  # idle time passes
+            step = sched.plan()
+            end = sched.now + step.duration * self.noise.factor()
+            delay = self.t0 + end * self.scale - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            for r in sched.commit(step, end):
+                self.queues[r.rid].put_nowait(r.generated)
+                if r.finish is not None:
+                    del self.queues[r.rid]
+
+
+def prompt_tokens(prompt: Any) -> int:
+    if isinstance(prompt, list):
+        return max(1, len(prompt))
+    return max(1, len(str(prompt)) // 4)
+
+
+async def complete(engine: Engine, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+    n_in, n_out = prompt_tokens(body.get("prompt", "")), int(body.get("max_tokens") or 16)
+    chunk = max(1, int(os.environ.get("SIM_CHUNK_TOKENS", "8")))
+    meta = {
+        "id": f"cmpl-sim-{engine.next_id}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": body.get("model"),
+    }
+    await respond(writer, 200, None, stream=True)
+    queue = engine.submit(n_in, n_out)
+    sent = 0
+    while sent < n_out:
+        generated = await queue.get()
+        while not queue.empty():
+            generated = queue.get_nowait()
+        if sent and generated < n_out and generated - sent < chunk:
+            continue  # first token at once, then every `chunk` tokens, and the last one
+        finish = "length" if generated >= n_out else None
+        choice = {
+            "index": 0,
+            "text": "x" * (generated - sent),
+            "logprobs": None,
+            "finish_reason": finish,
+        }
+        await send_event(writer, {**meta, "choices": [choice]})
+        sent = generated
+    usage = {"prompt_tokens": n_in, "total_tokens": n_in + n_out, "completion_tokens": n_out}
+    await send_event(writer, {**meta, "choices": [], "usage": usage})
+    await send_event(writer, "[DONE]")
+
+
+async def send_event(writer: asyncio.StreamWriter, data: Any) -> None:
+    text = data if isinstance(data, str) else json.dumps(data)
+    writer.write(f"data: {text}\n\n".encode())
+    await writer.drain()
+
+
+async def respond(
+    writer: asyncio.StreamWriter, status: int, payload: Any, stream: bool = False
+) -> None:
+    reason = {200: "OK", 404: "Not Found"}.get(status, "Error")
+    kind = "text/event-stream" if stream else "application/json"
+    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nConnection: close\r\n"
+    body = b"" if payload is None else json.dumps(payload).encode()
+    if not stream:
+        head += f"Content-Length: {len(body)}\r\n"
+    writer.write(head.encode() + b"\r\n" + body)
+    await writer.drain()
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
+    method, path, _ = (await reader.readline()).decode("latin-1").split(" ", 2)
+    length = 0
+    while (line := (await reader.readline()).decode("latin-1").strip()) != "":
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    return method, path.split("?")[0], await reader.readexactly(length)
+
+
+async def handle(
+    engine: Engine, names: set[str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    try:
+        method, path, raw = await read_request(reader)
+        if method == "GET" and path == "/health":
+            await respond(writer, 200, None)
+        elif method == "GET" and path == "/version":
+            await respond(writer, 200, {"version": "0.32.0-sim"})
+        elif method == "GET" and path == "/v1/models":
+            await respond(writer, 200, {"data": [{"id": n, "object": "model"} for n in names]})
+        elif method == "POST" and path == "/v1/completions":
+            body = json.loads(raw)
+            if body.get("model") not in names:
+                error = {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}
+                await respond(writer, 404, {"error": error})
+            else:
+                await complete(engine, body, writer)
+        else:
+            await respond(writer, 404, {"detail": "Not Found"})
+    except (ValueError, ConnectionError, asyncio.IncompleteReadError):
+        pass  # a malformed request or a client that went away: just close
+    finally:
+        writer.close()
+
+
+async def serve(
+    landscape: Landscape,
+    cfg: SimConfig,
+    plan: MemoryPlan,
+    options: dict[str, Any],
+    host: str,
+    port: int,
+) -> None:
+    engine = Engine(landscape, cfg, plan)
+    names = {
+        str(
+            options.get("served_model_name")
+            or options.get("model")
+            or landscape.hardware.model.name
+        )
+    }
+    loop_task = asyncio.ensure_future(engine.run())
+    server = await asyncio.start_server(lambda r, w: handle(engine, names, r, w), host, port)
+    log("INFO", f"Starting vLLM API server 0 on http://{host}:{port}", "launcher.py")
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
+    loop_task.cancel()
+    log("INFO", "Shutting down FastAPI HTTP server.", "launcher.py")
+
+
+def load_options(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    with open(path, encoding="utf-8") as src:
+        data = yaml.safe_load(src) or {}
+    return {str(key).replace("-", "_"): value for key, value in data.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--landscape", default=os.environ.get("SIM_LANDSCAPE"))
+    args, _unknown = parser.parse_known_args()
+    if args.landscape not in LANDSCAPES:
+        log(
+            "ERROR",
+            f"unknown landscape {args.landscape!r}; SIM_LANDSCAPE: one of {sorted(LANDSCAPES)}",
+        )
+        sys.exit(2)
+    landscape = LANDSCAPES[args.landscape]
+    options = load_options(args.config)
+    cfg = SimConfig.from_options(options, landscape.defaults)
+    log("INFO", f"vLLM API server version 0.32.0 (simulated: {landscape.name})")
+    log("INFO", f"non-default args: {options}", "utils.py")
+    time.sleep(float(os.environ.get("SIM_STARTUP_S", "0.3")))
+    plan = memory_plan(landscape.hardware, cfg)
+    if plan.failure:
+        print(failure_log(landscape, cfg, plan), file=sys.stderr, flush=True)
+        sys.exit(1)
+    worker = "gpu_worker.py"
+    log("INFO", f"Model loading took {plan.weights / GIB:.4f} GiB", worker)
+    log("INFO", f"Available KV cache memory: {plan.kv_bytes / GIB:.2f} GiB", worker)
+    log("INFO", f"GPU KV cache size: {plan.kv_tokens:,} tokens", "kv_cache_utils.py")
+    log(
+        "INFO",
+        f"Maximum concurrency for {cfg.max_model_len:,} tokens per request: "
+        f"{plan.kv_tokens / cfg.max_model_len:.2f}x",
+        "kv_cache_utils.py",
+    )
+    host = args.host or str(options.get("host", "127.0.0.1"))
+    port = args.port or int(options.get("port", 8000))
+    asyncio.run(serve(landscape, cfg, plan, options, host, port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+"""Search efficiency on a simulated landscape: the tuner's real StudyRunner, scored by the truth.
+
+Each method runs the tuner's own study loop (`autotune.study.StudyRunner`: baseline first, the
+gate's duplicates / known OOMs, recording, the sampler) for `trials` launched trials; only the
+device work of a trial is simulated: `SimMeasure` runs the landscape's scheduler over its
+workload (`simulate`), and the tuner sees that result through a noise model like a shared host's
+(a per-run level within +-`noise`, and a slow drift of up to `drift` over `drift_period_s` of
+device time). After every launched trial, the config `autotune export` would deploy then
+(`choose_export` over the study's records) is scored by the truth: its noise-free simulation,
+0 where it misses an SLO or fails. The result per method and seed is that progression, in
+launched trials and in device seconds (start-up + the benchmark, as a real trial would cost).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+from autotune.bench import Stats, Summary
+from autotune.engine import EngineConfig
+from autotune.export import choose_export
+from autotune.selection import SelectionError
+from autotune.space import SearchSpace, load_space
+from autotune.spec import TuneSpec
+from autotune.status import TrialStatus
+from autotune.store import StudyStore
+from autotune.study import Harness, Measurement, StudyRunner
+
+from .landscapes import Landscape
+from .model import SimConfig
+from .simulate import SimResult, simulate
+
+STARTUP_S = 60.0  # a CUDA engine's start-up with graphs (vLLM logs: 40-90 s on H100/A100)
+FAILED_STARTUP_S = 35.0  # an OOM is found during the memory profile, before graphs
+
+
+def sim_config(landscape: Landscape, options: dict[str, Any]) -> SimConfig:
+    return SimConfig.from_options(options, landscape.defaults)
+
+
+@dataclass
+class Truth:
+    """Noise-free results by config, computed once (the scheduler is deterministic)."""
+
+    landscape: Landscape
+    cache: dict[tuple[tuple[str, Any], ...], SimResult] = field(default_factory=dict)
+
+    def result(self, options: dict[str, Any]) -> SimResult:
+        cfg = sim_config(self.landscape, options)
+        key = tuple(sorted(vars(cfg).items()))
+        if key not in self.cache:
+            self.cache[key] = simulate(self.landscape.hardware, cfg, self.landscape.workload)
+        return self.cache[key]
+
+    def score(self, options: dict[str, Any]) -> float:
+        """The landscape's metric where every SLO holds on the summary (p99s), else 0."""
+        result = self.result(options)
+        if not result.ok or not result.meets(self.landscape.slos):
+            return 0.0
+        return self.landscape.score(result)
+
+
+@dataclass
+class SimMeasure:
+    """The device work of one trial, simulated, as the tuner's `measure` returns it."""
+
+    truth: Truth
+    noise: float = 0.0
+    drift: float = 0.0
+    drift_period_s: float = 3600.0
+    seed: int = 0
+    clock_s: float = 0.0  # device time spent so far: the drift follows it
+    _rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def factor(self) -> float:
+        level = 1.0 + self._rng.uniform(-self.noise, self.noise)
+        phase = 2 * math.pi * self.clock_s / self.drift_period_s
+        return level * (1.0 - self.drift * 0.5 * (1 - math.cos(phase)))
+
+    def __call__(self, config: EngineConfig, trial_dir: Path, judge: Any = None) -> Measurement:
+        result = self.truth.result(config.args)
+        if not result.ok:
+            self.clock_s += FAILED_STARTUP_S
+            status = TrialStatus(result.failure or "crash")
+            return Measurement(status, result.reason, device_s=FAILED_STARTUP_S)
+        f = self.factor()
+        device_s = STARTUP_S + result.duration_s / f
+        self.clock_s += device_s
+        summary = measured_summary(self.truth.landscape, result, f)
+        return Measurement(TrialStatus.OK, summary=summary, device_s=device_s)
+
+
+def _stats(p50: float, p99: float) -> Stats:
+    return Stats(mean=p50, p50=p50, p90=(p50 + p99) / 2, p99=p99)
+
+
+def measured_summary(landscape: Landscape, result: SimResult, f: float) -> Summary:
+    """What the client would have measured, the host `f` times as fast as the truth."""
+    n = len(landscape.workload.lengths)
+    out = result.output_throughput * f
+    goodput = landscape.score(result) * f if landscape.metric == "goodput" else 0.0
+    return Summary(
+        completed=n,
+        errors=0,
+        duration_s=result.duration_s / f,
+        output_throughput=out,
+        total_throughput=out,
+        request_throughput=result.request_throughput * f,
+        goodput=goodput,
+        ttft_ms=_stats(result.p50_ttft_ms / f, result.p99_ttft_ms / f),
+        tpot_ms=_stats(result.p50_tpot_ms / f, result.p99_tpot_ms / f),
+        itl_ms=_stats(result.p50_tpot_ms / f, result.p99_tpot_ms / f),
+        e2e_ms=_stats(result.p50_ttft_ms / f, result.p99_ttft_ms / f),
+    )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launched trial: device seconds so far, and the truth of what export would deploy."""
+
+    device_s: float
+    truth: float
+
+
+@dataclass(frozen=True)
+class Method:
+    """A way to search: the spec fields it sets (`search`, `sampler`)."""
+
+    name: str
+    fields: dict[str, Any]
+
+
+METHODS = {
+    "guided": Method("guided", {"search": "goal", "sampler": "guided"}),
+    "tpe": Method("tpe", {"search": "goal", "sampler": "tpe"}),
+    "gp": Method("gp", {"search": "goal", "sampler": "gp"}),
+    "tpe-pareto": Method("tpe-pareto", {"search": "pareto", "sampler": "tpe"}),
+    "random": Method("random", {"search": "goal", "sampler": "random"}),
+}
+
+
+def model_folder(landscape: Landscape, root: Path) -> Path:
+    """A model folder whose config.json has the landscape's shape (the tuner's constraint
+    rules read its heads; there are no weights, so nothing is estimated from them)."""
+    folder = root / f"model-{landscape.name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    m = landscape.hardware.model
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": m.hidden,
+        "num_attention_heads": m.heads,
+        "num_key_value_heads": m.kv_heads,
+        "num_hidden_layers": m.layers,
+        "intermediate_size": m.intermediate,
+        "vocab_size": m.vocab,
+        "max_position_embeddings": 32768,
+        "torch_dtype": "bfloat16",
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def spec_for(landscape: Landscape, method: Method, seed: int, trials: int, root: Path) -> TuneSpec:
+    objectives = [{"metric": landscape.metric, "direction": "maximize"}]
+    if landscape.metric == "output_throughput":
+        objectives += [
+            {"metric": "p99_ttft_ms", "direction": "minimize"},
+            {"metric": "p99_tpot_ms", "direction": "minimize"},
+        ]
+    return TuneSpec.model_validate(
+        {
+            "study": f"{landscape.name}-{method.name}-{seed}",
+            "model": str(model_folder(landscape, root)),
+            "space": str(landscape.space),
+            "root": root,
+            "trials": trials,
+            "seed": seed,
+            "objectives": objectives,
+            "slos": dict(landscape.slos),
+            **method.fields,
+        }
+    )
+
+
+def run_method(
+    landscape: Landscape,
+    method: Method,
+    seed: int,
+    trials: int,
+    truth: Truth,
+    noise: float = 0.0,
+    drift: float = 0.0,
+    root: Path | None = None,
+) -> list[Step]:
+    """One study of `method`: the truth of export's choice after each launched trial."""
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        spec = spec_for(landscape, method, seed, trials, Path(tmp))
+        space = load_space(spec.space)
+        measure = SimMeasure(truth, noise=noise, drift=drift, seed=seed * 7919 + 1)
+        store = StudyStore(spec.storage_url)
+        steps: list[Step] = []
+
+        def after_trial(event: Any) -> None:
+            if type(event).__name__ != "TrialFinished":
+                return
+            steps.append(Step(measure.clock_s, _deployed_truth(store, spec, space, truth)))
+
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        StudyRunner(Harness(spec, space, measure), store, after_trial).run()
+        return steps
+
+
+def _deployed_truth(store: StudyStore, spec: TuneSpec, space: SearchSpace, truth: Truth) -> float:
+    records = store.trials(spec.study)
+    try:
+        chosen, _ = choose_export(records, store.study_attrs(spec.study))
+    except SelectionError:
+        return 0.0
+    options, _env = space.to_engine(chosen.params)
+    return truth.score(options)
+
+
+def grid_points(space: SearchSpace, landscape: Landscape) -> list[dict[str, Any]]:
+    """vLLM's auto_tune.sh: max_num_seqs (outer) x max_num_batched_tokens (inner), powers of
+    two within the space, ascending; every other parameter at its baseline (auto_tune.sh fixes
+    gpu_memory_utilization)."""
+    base = space.baseline_params()
+    dists = space.distributions()
+
+    def powers(name: str) -> list[int]:
+        d = dists[name]
+        low, high = int(d.low), int(d.high)  # type: ignore[attr-defined]
+        return [2**k for k in range(math.ceil(math.log2(low)), int(math.log2(high)) + 1)]
+
+    return [
+        {**base, "max_num_seqs": s, "max_num_batched_tokens": b}
+        for s in powers("max_num_seqs")
+        for b in powers("max_num_batched_tokens")
+    ]
+
+
+def run_grid(landscape: Landscape, truth: Truth, noise: float, drift: float) -> list[Step]:
+    """The grid in its order; the deployed config is the best measured feasible one so far."""
+    space = load_space(landscape.space)
+    measure = SimMeasure(truth, noise=noise, drift=drift, seed=1)
+    best_measured, best_truth, steps = -1.0, 0.0, []
+    for params in grid_points(space, landscape):
+        options, _ = space.to_engine(params)
+        config = EngineConfig(model="m", args=options)
+        m = measure(config, Path("."))
+        value = 0.0
+        if m.summary is not None and _meets(m.summary, landscape.slos):
+            value = m.summary.metric(landscape.metric)
+        if value > best_measured:
+            best_measured, best_truth = value, truth.score(options)
+        steps.append(Step(measure.clock_s, best_truth))
+    return steps
+
+
+def _meets(summary: Summary, slos: dict[str, float]) -> bool:
+    return all(summary.metric(k) <= v for k, v in slos.items())
+
+
+def reached(steps: Sequence[Step], optimum: float, share: float) -> tuple[int, float] | None:
+    """(launched trials, device seconds) until export's choice first scored `share` of the
+    optimum; None if it never did."""
+    for k, step in enumerate(steps, start=1):
+        if step.truth >= share * optimum:
+            return k, step.device_s
+    return None
+
+
+def optimum(
+    landscape: Landscape, truth: Truth, samples: int = 120, seed: int = 0
+) -> tuple[dict[str, Any], float]:
+    """The best feasible config by the truth: random samples, then a coordinate search over
+    every parameter's neighbouring values until no move improves it."""
+    space = load_space(landscape.space)
+    dists = space.distributions()
+    rng = random.Random(seed)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed))
+    best, best_score = space.baseline_params(), -1.0
+    candidates = [space.baseline_params()]
+    for _ in range(samples):
+        candidates.append(study.ask(dists).params)
+    for params in candidates:
+        score = truth.score(space.to_engine(params)[0])
+        if score > best_score:
+            best, best_score = params, score
+    improved = True
+    while improved:
+        improved = False
+        for name, dist in dists.items():
+            for value in _neighbours(dist, best[name], rng):
+                params = {**best, name: value}
+                score = truth.score(space.to_engine(params)[0])
+                if score > best_score * (1 + 1e-6):
+                    best, best_score, improved = params, score, True
+    return best, best_score
+
+
+def _neighbours(dist: Any, value: Any, rng: random.Random) -> list[Any]:
+    if isinstance(dist, CategoricalDistribution):
+        return [c for c in dist.choices if c != value]
+    step = dist.step or (1 if not isinstance(dist, FloatDistribution) else 0.01)
+    out = []
+    for k in (1, 2, 4, 8, 16, 32, 64, 128):
+        for sign in (1, -1):
+            v = value + sign * k * step
+            if dist.log and not isinstance(dist, FloatDistribution):
+                v = round(value * (1 + sign * 0.02 * k))
+            if dist.low <= v <= dist.high and v != value:
+                out.append(round(v, 6) if isinstance(dist, FloatDistribution) else int(v))
+    return out

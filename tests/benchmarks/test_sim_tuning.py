@@ -1,0 +1,72 @@
+"""benchmarks/sim/tuning.py and compare.py: the tuner's own study loop scored by the truth."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# `benchmarks` here is tests/benchmarks: import benchmarks/sim as the top-level package `sim`.
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from sim.compare import _median, summarize  # noqa: E402
+from sim.landscapes import LANDSCAPES  # noqa: E402
+from sim.tuning import (  # noqa: E402
+    METHODS,
+    SimMeasure,
+    Step,
+    Truth,
+    grid_points,
+    reached,
+    run_method,
+)
+
+from autotune.engine import EngineConfig  # noqa: E402
+from autotune.space import load_space  # noqa: E402
+
+LLAMA = LANDSCAPES["llama8b-h100-throughput"]
+
+
+def test_a_study_of_the_default_search_is_scored_by_the_truth(tmp_path: Path) -> None:
+    truth = Truth(LLAMA)
+    steps = run_method(LLAMA, METHODS["tpe"], seed=0, trials=3, truth=truth, root=tmp_path)
+    assert len(steps) == 3  # one step per launched trial
+    space = load_space(LLAMA.space)
+    baseline = truth.score(space.to_engine(space.baseline_params())[0])
+    assert steps[0].truth == baseline  # after trial 0, export would deploy the baseline
+    assert all(b.truth >= 0 for b in steps)
+    assert [s.device_s for s in steps] == sorted(s.device_s for s in steps)
+    assert steps[0].device_s > 60  # a start-up and the workload's simulated duration
+
+
+def test_the_noise_moves_what_the_tuner_sees_not_the_truth() -> None:
+    truth = Truth(LLAMA)
+    space = load_space(LLAMA.space)
+    options, _ = space.to_engine(space.baseline_params())
+    config = EngineConfig(model="m", args=options)
+    quiet = SimMeasure(truth)(config, Path("."))
+    noisy = SimMeasure(truth, noise=0.1, drift=0.26, seed=3)
+    seen = [noisy(config, Path(".")) for _ in range(6)]
+    assert quiet.summary is not None
+    exact = quiet.summary.output_throughput
+    assert exact == truth.result(options).output_throughput
+    values = [m.summary.output_throughput for m in seen if m.summary is not None]
+    assert len(set(values)) == 6 and all(0.6 * exact < v < 1.1 * exact for v in values)
+
+
+def test_the_grid_is_auto_tune_sh_order_at_fixed_memory() -> None:
+    points = grid_points(load_space(LLAMA.space), LLAMA)
+    seqs = [p["max_num_seqs"] for p in points]
+    assert seqs == sorted(seqs) and seqs[0] == 16 and seqs[-1] == 1024
+    assert {p["gpu_memory_utilization"] for p in points} == {0.92}
+    assert all(p["max_num_batched_tokens"] & (p["max_num_batched_tokens"] - 1) == 0 for p in points)
+
+
+def test_reached_and_medians_count_never_as_worst() -> None:
+    steps = [Step(10, 50), Step(20, 96), Step(30, 99)]
+    assert reached(steps, 100, 0.95) == (2, 20)
+    assert reached(steps, 100, 0.98) == (3, 30)
+    assert reached(steps[:2], 100, 0.98) is None
+    assert _median([3, None, None]) is None and _median([3, 5, None]) == 5
+    table = summarize([steps, steps[:2], [Step(5, 99)]], 100)
+    assert table["trials_to_98"] == 3 and table["seeds_95_within_15"] == 3

@@ -1,0 +1,68 @@
+"""`tune --search goal|pareto`: what Optuna is told, what is stored and shown, and resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.store import StudyStore
+from cli.conftest import invoke, tune_args
+
+
+def _store(root: Path, study: str) -> StudyStore:
+    return StudyStore(f"sqlite:///{root / study / 'study.db'}", create=False)
+
+
+def test_the_default_search_is_goal_directed_and_keeps_every_objective(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    result = invoke(*tune_args(tiny_model, tmp_path, "g", "--trials", "3"))
+    assert result.exit_code == 0, result.output
+    store = _store(tmp_path, "g")
+    assert store.study_attrs("g")["search"] == "goal"
+    assert [d.name for d in store.load("g").directions] == ["MAXIMIZE"]  # the first objective
+    launched = [t for t in store.trials("g") if t.device_s is not None]
+    assert len(launched) == 3
+    for t in launched:
+        assert t.values is not None and len(t.values) == 1
+        assert t.values[0] == t.metrics["output_throughput"]
+        assert {"p99_ttft_ms", "p99_tpot_ms"} <= set(t.metrics)  # every objective is measured
+    assert "Pareto front" in result.output or "front" in result.output
+    exported = invoke("export", "g", "--root", tmp_path, "-o", tmp_path / "best.yaml")
+    assert exported.exit_code == 0, exported.output
+    assert (tmp_path / "best.yaml").read_text().startswith("# vllm-autotune")
+
+
+def test_pareto_search_tells_every_objective(tiny_model: Path, tmp_path: Path) -> None:
+    result = invoke(*tune_args(tiny_model, tmp_path, "p", "--trials", "2", "--search", "pareto"))
+    assert result.exit_code == 0, result.output
+    store = _store(tmp_path, "p")
+    assert len(store.load("p").directions) == 3
+    assert all(len(t.values or []) == 3 for t in store.trials("p") if t.device_s is not None)
+
+
+def test_a_study_continues_only_with_its_own_search(tiny_model: Path, tmp_path: Path) -> None:
+    first = invoke(*tune_args(tiny_model, tmp_path, "c", "--trials", "1", "--search", "pareto"))
+    assert first.exit_code == 0, first.output
+    before = len(_store(tmp_path, "c").trials("c"))
+    again = invoke(*tune_args(tiny_model, tmp_path, "c", "--trials", "2"))  # the default: goal
+    assert again.exit_code == 1
+    lines = [line for line in again.output.splitlines() if line.strip()]
+    assert lines[-1] == (
+        "error: study 'c' was run with --search pareto: continue it with --search pareto, "
+        "or use another --study name"
+    )
+    assert len(_store(tmp_path, "c").trials("c")) == before  # nothing stored was touched
+
+
+def test_an_older_study_of_several_objectives_is_taken_as_pareto(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """A study made before `search` existed has no such attribute; its objectives say."""
+    first = invoke(*tune_args(tiny_model, tmp_path, "o", "--trials", "1", "--search", "pareto"))
+    assert first.exit_code == 0, first.output
+    store = _store(tmp_path, "o")
+    study = store.load("o")
+    study._storage.set_study_user_attr(study._study_id, "search", None)
+    again = invoke(*tune_args(tiny_model, tmp_path, "o", "--trials", "2", "--search", "pareto"))
+    assert again.exit_code == 0, again.output
+    assert len([t for t in _store(tmp_path, "o").trials("o") if t.device_s is not None]) == 2

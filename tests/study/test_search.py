@@ -1,0 +1,45 @@
+"""Which sampler a study searches with, and what Optuna is told."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.space import load_space
+from autotune.spec import TuneSpec
+from autotune.study import _search, make_sampler, sampler_name, told_objectives
+from autotune.study._guided import GuidedSampler
+
+
+def spec(**fields: object) -> TuneSpec:
+    return TuneSpec.model_validate({"study": "s", "model": "m", **fields})
+
+
+def test_goal_tells_the_first_objective_pareto_all() -> None:
+    assert [o.metric for o in told_objectives(spec())] == ["output_throughput"]
+    assert len(told_objectives(spec(search="pareto"))) == 3
+
+
+def test_auto_is_gp_for_goal_and_tpe_for_pareto() -> None:
+    space = load_space("cpu-quick")
+    assert sampler_name(spec()) == "gp"
+    assert isinstance(make_sampler(spec(), space), optuna.samplers.GPSampler)
+    assert isinstance(make_sampler(spec(search="pareto"), space), optuna.samplers.TPESampler)
+    assert isinstance(make_sampler(spec(sampler="guided"), space), GuidedSampler)
+    assert isinstance(make_sampler(spec(sampler="random"), space), optuna.samplers.RandomSampler)
+
+
+def test_without_scipy_or_torch_auto_falls_back_to_tpe(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(_search, "_gp_available", lambda: False)
+    assert sampler_name(spec()) == "tpe"
+    assert "needs torch and scipy" in caplog.text
+    assert sampler_name(spec(sampler="gp")) == "gp"  # asked for by name: no silent change
+
+
+def test_an_unknown_sampler_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="sampler"):
+        spec(sampler="cmaes")
