@@ -26,6 +26,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from autotune.bench import Stats, Summary
+from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
 from autotune.export import choose_export
 from autotune.selection import SelectionError
@@ -218,7 +219,10 @@ def run_method(
             steps.append(Step(measure.clock_s, _deployed_truth(store, spec, space, truth)))
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        StudyRunner(Harness(spec, space, measure), store, after_trial).run()
+        gpus = landscape.hardware.gpus
+        # The landscape's host: its GPUs are the pool tensor-parallel trials lease from.
+        pool = DevicePool(list(range(gpus)), platform="cuda") if gpus > 1 else None
+        StudyRunner(Harness(spec, space, measure, pool=pool), store, after_trial).run()
         return steps
 
 
