@@ -293,7 +293,6 @@ def optimum(
     every parameter's neighbouring values until no move improves it."""
     space = load_space(landscape.space)
     dists = space.distributions()
-    rng = random.Random(seed)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed))
     best, best_score = space.baseline_params(), -1.0
     candidates = [space.baseline_params()]
@@ -307,7 +306,7 @@ def optimum(
     while improved:
         improved = False
         for name, dist in dists.items():
-            for value in _neighbours(dist, best[name], rng):
+            for value in _neighbours(dist, best[name]):
                 params = {**best, name: value}
                 score = truth.score(space.to_engine(params)[0])
                 if score > best_score * (1 + 1e-6):
@@ -315,7 +314,7 @@ def optimum(
     return best, best_score
 
 
-def _neighbours(dist: Any, value: Any, rng: random.Random) -> list[Any]:
+def _neighbours(dist: Any, value: Any) -> list[Any]:
     if isinstance(dist, CategoricalDistribution):
         return [c for c in dist.choices if c != value]
     step = dist.step or (1 if not isinstance(dist, FloatDistribution) else 0.01)
