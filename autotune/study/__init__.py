@@ -8,11 +8,10 @@ pure functions over stored trials, for readers that need none of this machinery.
 from autotune.study._confirm import Confirmer
 from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
-from autotune.study._gate import LAUNCH, Gate, Proposal, SkipRule, Verdict
+from autotune.study._gate import Gate, Proposal, SkipRule, Verdict
 from autotune.study._harness import (
     Harness,
     build_harness,
-    model_ref,
     on_this_host,
     read_host_facts,
     trial_engine_config,
@@ -35,14 +34,12 @@ from autotune.study._profile import (
     profile_config,
 )
 from autotune.study._prune import Judge, PruneRule, make_judge
-from autotune.study._record import flat_metrics
 from autotune.study._runner import StudyResult, StudyRunner
 from autotune.study._search import make_sampler, sampler_name, told_objectives
 
 __all__ = [
     "ERROR_RATE",
     "FAILED",
-    "LAUNCH",
     "OOM",
     "SPEC_ATTR",
     "WORST_MAXIMIZE",
@@ -71,12 +68,10 @@ __all__ = [
     "Workplan",
     "build_harness",
     "constraint_values",
-    "flat_metrics",
     "learned_rules",
     "make_judge",
     "make_sampler",
     "measure",
-    "model_ref",
     "objective_values",
     "on_this_host",
     "profile_config",

@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import optuna
 from optuna.distributions import (
     BaseDistribution,
@@ -71,7 +70,6 @@ class GuidedSampler(BaseSampler):
         self._up = set(up)
         self._prefer_up = prefer_up
         self._random = RandomSampler(seed=seed)
-        self._rng = np.random.default_rng(seed)
 
     def infer_relative_search_space(
         self, study: optuna.Study, trial: FrozenTrial

@@ -155,12 +155,14 @@ class TrialRunner:
     def _gate_verdict(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> Verdict:
         """The gate's verdict on the proposal; one that keeps it from launching is recorded."""
         baseline = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
-        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        # One read of the study per proposal: the twins, the OOMs and the learned rules.
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+        finished = [t for t in trials if t.state == TrialState.COMPLETE]
         proposal = Proposal(
             dict(trial.params),
             config,
             baseline=baseline,
-            twin=None if baseline else _measured_twin(study, trial),  # a failed baseline reruns
+            twin=None if baseline else _measured_twin(trials, trial),  # a failed baseline reruns
             ooms=_known_ooms(finished),
             rules=self._rules(finished, baseline),
         )
@@ -277,10 +279,9 @@ def _got_past_startup(attrs: dict[str, object]) -> bool:
     return attrs.get(keys.METRICS) is not None or (isinstance(engine, dict) and "abort" in engine)
 
 
-def _measured_twin(study: optuna.Study, trial: Trial) -> int | None:
+def _measured_twin(trials: list[FrozenTrial], trial: Trial) -> int | None:
     """A trial of the same config that was measured, or that holds a slot and runs now."""
-    states = (TrialState.COMPLETE, TrialState.RUNNING)
-    for other in study.get_trials(deepcopy=False, states=states):
+    for other in trials:
         if other.number == trial.number or other.params != trial.params:
             continue
         key = keys.DEVICE_S if other.state == TrialState.COMPLETE else keys.SLOT
