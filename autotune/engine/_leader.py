@@ -27,7 +27,6 @@ ORPHAN_GRACE_S = 10.0
 
 
 def main(tuner_pid: int, argv: list[str]) -> int:
-    child = subprocess.Popen(argv)  # same process group; inherits the log as stdout/stderr
     orphan = []
 
     def ignore(signum: int, frame: FrameType | None) -> None:
@@ -38,7 +37,11 @@ def main(tuner_pid: int, argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, ignore)
     signal.signal(signal.SIGINT, ignore)
-    signal.signal(signal.SIGHUP, orphaned)
+    signal.signal(signal.SIGHUP, orphaned)  # before the server exists: a SIGHUP while it
+    # starts must not kill this process by default and leave the server behind (seen in CI)
+    if os.getppid() != tuner_pid:
+        return 1  # the tuner is already gone: start nothing
+    child = subprocess.Popen(argv)  # same process group; inherits the log as stdout/stderr
     while True:
         if orphan or os.getppid() != tuner_pid:  # the tuner died (maybe before the handler)
             end_group(child)

@@ -206,3 +206,46 @@ def test_group_leader_exits_as_the_server_did(command: str, code: int) -> None:
     )
     assert leader.wait(timeout=10) == code
     assert leader.stderr is not None and "Traceback" not in leader.stderr.read()
+
+
+def test_a_tuner_killed_while_the_leader_starts_the_server_leaves_nothing(tmp_path: Path) -> None:
+    """CI once caught a worker SIGKILLed the instant its engine was launched: the leader got
+    SIGHUP while it was still starting the server, died by default, and the server lived on.
+    SIGHUP is sent across the leader's whole start-up (before, during and after the server's
+    spawn); no server may outlive its leader."""
+
+    def leader(tag: str) -> subprocess.Popen[bytes]:
+        server = ["bash", "-c", f"exec -a {tag} sleep 60"]
+        return subprocess.Popen(
+            [sys.executable, str(LEADER), str(os.getpid()), *server], start_new_session=True
+        )
+
+    started = time.monotonic()  # how long this host takes until the server exists
+    first = leader(f"{tmp_path}-calibrate")
+    while not psutil.Process(first.pid).children():  # the server's fork
+        time.sleep(0.0005)
+    spawn_s = time.monotonic() - started
+    os.kill(first.pid, signal.SIGHUP)
+    first.wait(timeout=20)
+    survivors = []
+    for i in range(40):
+        tag = f"{tmp_path}-{i}"
+        process = leader(tag)
+        time.sleep(spawn_s * (0.6 + 0.02 * i))  # 0.6x to 1.4x the time to the server's spawn
+        os.kill(process.pid, signal.SIGHUP)
+        process.wait(timeout=20)
+        deadline = time.monotonic() + 2
+        while (left := processes_mentioning(tag)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        survivors += left
+    for p in survivors:
+        p.kill()
+    assert survivors == []
+
+
+def test_the_leader_starts_nothing_for_a_tuner_already_gone() -> None:
+    leader = subprocess.run(
+        [sys.executable, str(LEADER), "1", "bash", "-c", "echo started"],  # pid 1: not its parent
+        start_new_session=True, capture_output=True, text=True, timeout=10,
+    )  # fmt: skip
+    assert leader.returncode == 1 and "started" not in leader.stdout
