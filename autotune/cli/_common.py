@@ -30,8 +30,16 @@ def _console(stderr: bool = False) -> Console:
 console = _console()
 err_console = _console(stderr=True)
 
-# Exit codes: 2 = the input is wrong (spec, space, workload, model path, storage URL);
-# 1 = the study could not go on (e.g. the baseline failed); 130 = interrupted.
+# Exit codes (README, "Exit codes"): 0 done; 1 the study could not go on (the baseline
+# failed, an engine outlived its teardown) or a check failed (`doctor`); 2 the input is wrong
+# (spec, space, workload, model path, storage URL, flags); 3 the study ran but no measured
+# config meets its constraints (the closest one is shown; `export --allow-infeasible`);
+# 130 interrupted (Ctrl-C, SIGTERM): run the same command again to continue.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INPUT = 2
+EXIT_INFEASIBLE = 3
+EXIT_INTERRUPTED = 130
 INPUT_ERRORS: tuple[type[Exception], ...] = (
     SpecError,
     SpaceError,
@@ -55,16 +63,16 @@ def cli_errors() -> Iterator[None]:
         yield
     except _BAD_INPUT as exc:
         err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_INPUT) from None
     except StudyError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt:
         err_console.print(
             "interrupted: the current engine was torn down and its trial recorded as "
             "interrupted; run the same command again to continue the study"
         )
-        raise typer.Exit(130) from None
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def setup_logging(verbose: bool) -> None:
