@@ -58,6 +58,18 @@ def _shm_of(proc_dir: Path) -> set[Path]:
     return found
 
 
+def unused_shm(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")) -> list[Path]:
+    """Segments of `shm_dir` named as vLLM's (`psm_*`) that no live process maps or holds
+    open: what killed engines left, unless another program's segment is caught between its
+    creation and its first use (so only a report, never a removal). Another `shm_dir` is for
+    tests: processes' maps are matched under /dev/shm only, so all of its segments are unused."""
+    try:
+        candidates = {p for p in shm_dir.iterdir() if p.name.startswith(_PREFIX)}
+    except OSError:
+        return []
+    return sorted(candidates - shm_in_use(proc)) if candidates else []
+
+
 def remove_leaked_shm(known: Iterable[Path], proc: Path = Path("/proc")) -> list[Path]:
     """Remove the segments of `known` (seen in the engine's processes) that no live process
     uses any more; returns those removed."""

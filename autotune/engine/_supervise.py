@@ -176,6 +176,31 @@ def write_pid_file(path: Path, pid: int) -> None:
     path.write_text(json.dumps({"pgid": pid, "create_time": created}))
 
 
+def recorded_engine(trial_dir: Path) -> psutil.Process | None:
+    """The leader of the process group `trial_dir`'s `engine.pid` records, if it still runs:
+    the same process that was started (same creation time), not a reused pid. Reads only."""
+    try:
+        record = json.loads((trial_dir / layout.ENGINE_PID).read_text())
+        leader = psutil.Process(int(record["pgid"]))
+        same = abs(leader.create_time() - float(record["create_time"])) < 0.01
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        return None
+    return leader if same else None
+
+
+def engine_tuner(pid: int) -> int | None:
+    """The tuner whose engine process `pid` is, while that tuner lives: the pid the group
+    leader (`_leader.py`) was started for, if it is still the leader's parent. None for a
+    process of any other group, or of a group whose tuner is gone."""
+    try:
+        leader = psutil.Process(os.getpgid(pid))
+        argv = leader.cmdline()
+        tuner = int(argv[2]) if len(argv) > 2 and argv[1] == str(LEADER) else None
+        return tuner if tuner is not None and leader.ppid() == tuner else None
+    except (OSError, ValueError, psutil.Error):
+        return None
+
+
 def reap_stale_engine(trial_dir: Path, stop_timeout_s: float = 20.0) -> bool:
     """End the engine that a killed tuner left running for `trial_dir`, if any.
 
@@ -183,14 +208,8 @@ def reap_stale_engine(trial_dir: Path, stop_timeout_s: float = 20.0) -> bool:
     that was started (same creation time), so a reused pid is never signalled.
     """
     pid_file = trial_dir / layout.ENGINE_PID
-    try:
-        record = json.loads(pid_file.read_text())
-        leader = psutil.Process(int(record["pgid"]))
-        same = abs(leader.create_time() - float(record["create_time"])) < 0.01
-    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
-        pid_file.unlink(missing_ok=True)
-        return False
-    if not same:
+    leader = recorded_engine(trial_dir)
+    if leader is None:
         pid_file.unlink(missing_ok=True)
         return False
     logger.warning("ending engine %d left running by an earlier tuner", leader.pid)
