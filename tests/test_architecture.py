@@ -360,6 +360,7 @@ FORBIDDEN = {
     "autotune.export": ("autotune.cli", "autotune.study"),
     "autotune.dashboard": ("autotune.cli", "autotune.study"),
     "autotune.selection": ("autotune.cli", "autotune.study", "autotune.dashboard"),
+    "autotune.trial_data": ("autotune.cli", "autotune.study", "autotune.dashboard"),
     **{
         low: ("autotune.cli", "autotune.study", "autotune.dashboard", "autotune.export")
         for low in (
@@ -372,6 +373,7 @@ FORBIDDEN = {
             "autotune.status",
             "autotune.layout",
             "autotune.host",
+            "autotune.numbers",
         )
     },
 }

@@ -19,6 +19,7 @@ from autotune.dashboard._labels import (
     metric_label,
     status_group,
 )
+from autotune.numbers import readable
 from autotune.store import TrialRecord
 
 Figure = dict[str, Any]
@@ -77,7 +78,7 @@ def _points(
     name: str, trials: Sequence[TrialRecord], x: str, y: str, marker: dict[str, Any]
 ) -> dict[str, Any]:
     def line(metric: str, t: TrialRecord) -> str:
-        return f"{metric_label(metric)}: {t.metric(metric):,.4g}"
+        return f"{metric_label(metric)}: {readable(t.metric(metric))}"
 
     return {
         "type": "scatter",
@@ -221,6 +222,7 @@ def history(trials: Sequence[TrialRecord], objective: Objective) -> Figure:
             steps_y.append(best)
 
     def trace(name: str, rows: list[TrialRecord], colour: str) -> dict[str, Any]:
+        label = metric_label(metric)
         return {
             "type": "scatter",
             "mode": "markers",
@@ -228,7 +230,7 @@ def history(trials: Sequence[TrialRecord], objective: Objective) -> Figure:
             "x": [t.number for t in rows],
             "y": [t.metric(metric) for t in rows],
             "customdata": [t.number for t in rows],
-            "text": [hover(t, f"{metric_label(metric)}: {t.metric(metric):,.4g}") for t in rows],
+            "text": [hover(t, f"{label}: {readable(t.metric(metric))}") for t in rows],
             "hovertemplate": "%{text}<extra></extra>",
             "marker": {"color": colour, "size": 9},
         }

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.numbers import readable
+
 POLL_MS = 3000
 
 STYLE = """
@@ -168,14 +170,15 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def num(value: Any, fmt: str = ",.4g") -> str:
+def num(value: Any, fmt: str | None = None) -> str:
+    """A number for a page: as people read it (`23,412`, `12.35`) unless `fmt` says how."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if isinstance(value, bool):
         return str(value).lower()
     if not isinstance(value, int | float):
         return esc(value)
-    return format(value, fmt)
+    return readable(value) if fmt is None else format(value, fmt)
 
 
 def script_json(value: Any) -> str:

@@ -15,6 +15,7 @@ from autotune.engine._ascend import (
     installed_ascend_version,
     parse_ascend_version,
 )
+from autotune.engine._cleanup import unused_shm
 from autotune.engine._config import EngineConfig
 from autotune.engine._facts import EngineFacts, parse_facts
 from autotune.engine._failures import (
@@ -23,6 +24,7 @@ from autotune.engine._failures import (
     Failure,
     classify_exit,
     classify_log,
+    failure_headline,
     failure_signature,
     fatal_failure,
 )
@@ -68,8 +70,10 @@ from autotune.engine._serve_import import (
 )
 from autotune.engine._supervise import (
     TeardownError,
+    engine_tuner,
     group_members,
     reap_stale_engine,
+    recorded_engine,
     terminate_group,
 )
 from autotune.engine._trace import (
@@ -114,7 +118,9 @@ __all__ = [
     "classify_log",
     "cli_flag",
     "default_cores",
+    "engine_tuner",
     "env_file_text",
+    "failure_headline",
     "failure_signature",
     "fatal_failure",
     "free_port",
@@ -135,6 +141,7 @@ __all__ = [
     "read_serve_file",
     "read_trace",
     "reap_stale_engine",
+    "recorded_engine",
     "resolve_env",
     "run_offline",
     "server_only_options",
@@ -146,6 +153,7 @@ __all__ = [
     "to_yaml_dict",
     "to_yaml_text",
     "top_ops",
+    "unused_shm",
     "with_profiler",
     "yaml_key",
 ]

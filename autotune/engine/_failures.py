@@ -288,6 +288,18 @@ def failure_signature(reason: str) -> str:
     return _SPACES.sub(" ", text).strip()[:_SIGNATURE_CHARS]
 
 
+def failure_headline(reason: str) -> str:
+    """A reason with its cause first, for a reader with little room: `engine exited with
+    status 1; its log says: (EngineCore pid=7) ERROR 01-02 03:04:05 [core.py:9] RuntimeError:
+    boom` reads `RuntimeError: boom (engine exited with status 1)`; vLLM's log-line prefix is
+    dropped. A reason of another shape is returned without that prefix, otherwise as it is."""
+    context, said, cause = reason.rpartition(_SAID)
+    if not said:
+        return _message(reason)
+    context = context.strip().rstrip(";").strip()
+    return f"{_message(cause)} ({context})" if context else _message(cause)
+
+
 def _classify(log_text: str, default: TrialStatus) -> tuple[Failure, Role | None]:
     """The failure, and the role of the pattern that decided it (None: nothing matched)."""
     tail = "\n".join(log_text.splitlines()[-40:])

@@ -1,0 +1,33 @@
+"""`autotune.numbers.readable`: thousands separators, about four digits, no exponent."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.numbers import readable
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (23412.4, "23,412"),
+        (19480.0, "19,480"),
+        (1234567.8, "1,234,568"),
+        (-2500.0, "-2,500"),
+        (999.44, "999.4"),
+        (123.456, "123.5"),
+        (12.3456, "12.35"),
+        (1.0, "1"),
+        (0.012345, "0.01235"),
+        (0.0, "0"),
+        (0.00001234, "1.23e-05"),
+        (1024, "1,024"),
+        (True, "true"),
+        (math.inf, "-"),
+        (math.nan, "-"),
+    ],
+)
+def test_readable(value: float, text: str) -> None:
+    assert readable(value) == text
