@@ -205,6 +205,26 @@ _WORDS = [
 ]
 
 
+# Written into every folder this module makes: the one kind of folder it writes into again.
+MARKER = "autotune-tiny.json"
+
+
+class ModelFolderError(Exception):
+    """The target folder holds files this module did not write; the message is one line."""
+
+
+def check_target(path: Path) -> None:
+    """Refuse a target that is a file, or a folder holding anything but a tiny model made
+    here (a real model's weights must never be overwritten)."""
+    if path.exists() and not path.is_dir():
+        raise ModelFolderError(f"{path} is a file, not a folder")
+    if path.is_dir() and not (path / MARKER).is_file() and any(path.iterdir()):
+        raise ModelFolderError(
+            f"{path} is not empty and holds no tiny model made here (no {MARKER}); "
+            "nothing was written: name a new folder"
+        )
+
+
 _SYLLABLES = [c + v for c in "bcdfghklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
 
 
@@ -232,13 +252,20 @@ def make_tiny_model(
     max_positions: int = 4096,
     seed: int = 0,
 ) -> Path:
-    """Write a random-weight Llama checkpoint and its tokenizer to `path`; return the path."""
+    """Write a random-weight Llama checkpoint and its tokenizer to `path`; return the path.
+    Raises ModelFolderError, writing nothing, for a folder it did not make (`check_target`)."""
+    path = Path(path)
+    check_target(path)  # before the slow imports: a refusal is immediate
+
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    # The marker goes first, so that a run cut short can be redone into the same folder.
+    (path / MARKER).write_text(
+        json.dumps({"generator": "autotune make-tiny-model", "seed": seed}) + "\n"
+    )
     rng = random.Random(seed)
 
     tok = Tokenizer(models.BPE())
@@ -280,7 +307,4 @@ def make_tiny_model(
     model = LlamaForCausalLM(config)
     model.to(dtype=torch.bfloat16)  # type: ignore[call-arg]
     model.save_pretrained(str(path), safe_serialization=True)
-    (path / "autotune-tiny.json").write_text(
-        json.dumps({"generator": "autotune make-tiny-model", "seed": seed}) + "\n"
-    )
     return path

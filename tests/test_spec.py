@@ -91,7 +91,7 @@ def test_missing_spec_file(tmp_path: Path) -> None:
 
 def test_unknown_field_is_named(tmp_path: Path) -> None:
     path = write(tmp_path, "study: s\nmodel: m\ntrails: 3\n")
-    assert spec_error(path, {}) == f"{path}: trails: Extra inputs are not permitted"
+    assert spec_error(path, {}) == f"{path}: trails: unknown field (did you mean 'trials'?)"
 
 
 def test_unknown_nested_field_is_named(tmp_path: Path) -> None:
@@ -100,28 +100,28 @@ def test_unknown_nested_field_is_named(tmp_path: Path) -> None:
 
 
 def test_missing_required_field() -> None:
-    assert spec_error(None, {"study": "s"}).startswith("model: ")
+    assert spec_error(None, {"study": "s"}).startswith("--model is required")
 
 
 def test_unknown_slo_metric() -> None:
     message = spec_error(None, {"study": "s", "model": "m", "slos": {"p99_foo_ms": 1.0}})
-    assert message.startswith("slos: unknown SLO metric 'p99_foo_ms'; known: ")
+    assert message.startswith("--slo: unknown SLO metric 'p99_foo_ms'; known: ")
     assert "p99_ttft_ms" in message
 
 
 def test_unknown_objective_metric() -> None:
     objectives = [{"metric": "speed", "direction": "maximize"}]
     message = spec_error(None, {"study": "s", "model": "m", "objectives": objectives})
-    assert message.startswith("objectives.0.metric: unknown metric 'speed'")
+    assert message.startswith("--objective: unknown metric 'speed'")
 
 
 @pytest.mark.parametrize(
     ("workload", "expected"),
     [
-        ("random:inptu=32", "workload: unknown workload key 'inptu'"),
-        ("random:input=x", "workload: workload key 'input'"),
-        ("bogus", "workload: unknown workload type 'bogus'"),
-        ("random:input", "workload: workload option 'input' is not of the form key=value"),
+        ("random:inptu=32", "--workload random:inptu=32: unknown workload key 'inptu' (did "),
+        ("random:input=x", "--workload random:input=x: workload key 'input': expected a whole"),
+        ("bogus", "--workload bogus: unknown workload type 'bogus'"),
+        ("random:input", "--workload random:input: workload option 'input' is not of the form"),
     ],
 )
 def test_bad_workload_string(workload: str, expected: str) -> None:
@@ -129,12 +129,61 @@ def test_bad_workload_string(workload: str, expected: str) -> None:
 
 
 def test_bad_study_name() -> None:
-    assert spec_error(None, {"study": "a b", "model": "m"}).startswith("study: ")
+    assert spec_error(None, {"study": "a b", "model": "m"}).startswith("--study 'a b': expected")
 
 
 def test_bad_value_names_the_field_and_counts_the_rest() -> None:
     message = spec_error(None, {"study": "s", "model": "m", "trials": 0, "sampler": "grid"})
-    assert message.startswith("trials: ") and message.endswith("(and 1 more)")
+    assert message.startswith("--trials 0: expected a number >= 1") and message.endswith(
+        "(and 1 more)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"load": {"rate": 0}}, "--rate 0: expected a number > 0"),
+        ({"load": {"concurrency": 0}}, "--concurrency 0: expected a number >= 1"),
+        ({"scenario": "batch"}, "--scenario batch: expected 'online' or 'offline'"),
+        ({"sampler": "grid"}, "--sampler grid: expected 'auto', 'guided'"),
+        ({"engine": {"command": 3}}, "--engine-command 3: expected a text value"),
+    ],
+)
+def test_a_flag_value_is_named_by_its_flag(overrides: dict, expected: str) -> None:
+    assert spec_error(None, {"study": "s", "model": "m", **overrides}).startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("engine", "expected"),
+    [
+        ({"options": {"max_modl_len": 64}}, "did you mean 'max_model_len'?"),
+        ({"command": "  "}, "--engine-command '  ': must not be empty"),
+    ],
+)
+def test_engine_typos_and_blanks_are_refused(engine: dict, expected: str) -> None:
+    assert expected in spec_error(None, {"study": "s", "model": "m", "engine": engine})
+
+
+def test_an_option_close_to_no_known_one_passes_as_it_is() -> None:
+    spec = load_spec(None, {"study": "s", "model": "m", "engine": {"options": {"zz_new": 1}}})
+    assert spec.engine.options == {"zz_new": 1}
+
+
+def test_root_must_be_a_folder(tmp_path: Path) -> None:
+    file = write(tmp_path, "x: 1\n")
+    assert spec_error(None, {"study": "s", "model": "m", "root": file}).startswith("--root ")
+
+
+def test_a_file_value_is_named_by_its_field(tmp_path: Path) -> None:
+    path = write(tmp_path, "study: s\nmodel: m\nload: {rate: 0}\n")
+    assert spec_error(path, {}) == f"{path}: load.rate: expected a number > 0 (got 0)"
+    path = write(tmp_path, "study: s\nmodel: m\nload: {rat: 4}\n")
+    assert spec_error(path, {}) == f"{path}: load.rat: unknown field (did you mean 'rate'?)"
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "study: s\nmodel: [unclosed\n")
+    assert spec_error(path, {}).startswith(f"{path}: invalid YAML at line 3, column 1: ")
 
 
 def test_parse_pairs() -> None:

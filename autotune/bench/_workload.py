@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from autotune.wording import did_you_mean, plain_message
+
 
 class WorkloadError(ValueError):
     """A workload that cannot be parsed or built; the message is one line for the user."""
@@ -108,7 +110,8 @@ def _one_line(exc: ValidationError) -> str:
     loc = [str(part) for part in first["loc"] if part not in _TYPES]
     key = ".".join(loc) or "?"
     if first["type"] == "extra_forbidden":
-        return f"unknown workload key {key!r}"
+        kind = RandomWorkload if "random" in first["loc"] else JsonlWorkload
+        return f"unknown workload key {key!r}{did_you_mean(key, kind.model_fields)}"
     if first["type"] == "missing":
         return f"workload key {key!r} is required"
-    return f"workload key {key!r}: {first['msg']} (got {first.get('input')!r})"
+    return f"workload key {key!r}: {plain_message(first)} (got {first.get('input')!r})"

@@ -7,7 +7,6 @@ from typing import Annotated
 from urllib.parse import quote
 
 import typer
-from click.core import ParameterSource
 
 from autotune.cli._common import InputError, cli_errors, console, err_console
 from autotune.dashboard import (
@@ -53,7 +52,7 @@ def dashboard(
             help="Address to listen on; one that is not loopback only when given as --host",
         ),
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0: any free port)")] = 8080,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free port)")] = 8080,
     optuna: Annotated[
         bool, typer.Option("--optuna", help="Also serve optuna-dashboard under /optuna/")
     ] = False,
@@ -61,7 +60,7 @@ def dashboard(
     """Serve a read-only web dashboard of the studies (Pareto front, history, trials, logs)."""
     with cli_errors():
         try:
-            check_host(host, ctx.get_parameter_source("host") is ParameterSource.COMMANDLINE)
+            check_host(host, _given_on_command_line(ctx, "host"))
         except BindError as exc:
             raise InputError(str(exc)) from None
         catalog = _catalog(root, storage, study)
@@ -93,6 +92,16 @@ def dashboard(
         server.server_close()
 
 
+def _given_on_command_line(ctx: typer.Context, name: str) -> bool:
+    """Whether option `name` was typed on the command line (not a default or env var).
+
+    By the source's name: typer carries its own copy of click, whose `ParameterSource` is not
+    the installed click's, so an identity check against `click.core` never matches.
+    """
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
 def report(
     study: Annotated[str, typer.Argument(help="Study name")],
     output: Annotated[Path, typer.Option("-o", "--output", help="HTML file to write")] = Path(
@@ -103,6 +112,11 @@ def report(
 ) -> None:
     """Write the study's dashboard page as one self-contained HTML file (opens offline)."""
     with cli_errors():
+        if output.is_dir():
+            raise InputError(f"-o {output}: is a folder; name the HTML file, e.g. -o report.html")
         catalog = _catalog(root, storage, study)
-        size = write_report(catalog, study, output)
+        try:
+            size = write_report(catalog, study, output)
+        except OSError as exc:
+            raise InputError(f"-o {output}: cannot write: {exc.strerror or exc}") from None
         console.print(f"wrote {output} ({size / 1e6:.1f} MB, self-contained: opens offline)")

@@ -19,6 +19,7 @@ from autotune.space._errors import SpaceError
 from autotune.space._host import HostFacts, restrict_to_host
 from autotune.space._params import PARAMETER_TYPES, CategoricalParam, Issue
 from autotune.space._space import SearchSpace
+from autotune.wording import plain_message
 
 # The shipped spaces are package data (`search_spaces/` at the repository root links here).
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
@@ -167,7 +168,7 @@ def _loc_path(loc: tuple[int | str, ...]) -> str:
 def _describe_error(error: ErrorDetails) -> str:
     """One pydantic error as `field.path: message`."""
     path = _loc_path(error["loc"])
-    message = error["msg"].removeprefix("Value error, ")
+    message = plain_message(error)
     if error["type"] == "missing":
         message = "required field missing"
     elif error["type"] == "extra_forbidden":

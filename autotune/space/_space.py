@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from autotune.engine import is_known_option, normalize_option, suggest_option
+from autotune.space._bounds import range_issues
 from autotune.space._errors import SpaceError
 from autotune.space._params import BoolParam, CategoricalParam, Issue, Parameter, format_value
 
@@ -352,9 +353,14 @@ def _variant_issues(space: SearchSpace) -> list[Issue]:
     return issues
 
 
+def _option_range_issues(space: SearchSpace) -> list[Issue]:
+    return range_issues(space.parameters)
+
+
 # Data, not an if-chain: each check returns (path, message) issues for the whole space.
 _SPACE_CHECKS = (
     _parameter_issues,
+    _option_range_issues,
     _duplicate_issues,
     _fixed_conflict_issues,
     _unknown_option_issues,

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
+from urllib.parse import quote
 
 import optuna
 import sqlalchemy.exc
@@ -86,6 +88,20 @@ def default_storage_url(root: Path, study: str) -> str:
     return f"sqlite:///{(root / study / 'study.db').resolve()}"
 
 
+def _read_only(url: str, engine_kwargs: dict[str, Any]) -> str:
+    """The URL (and, in `engine_kwargs`, the connect arguments) of a connection to `url`
+    that cannot write; on other backends than SQLite and PostgreSQL only no table is made."""
+    if url.startswith("sqlite:///"):
+        # The file the URL names, quoted for SQLite's URI and again for SQLAlchemy's URL
+        # parser: each unquotes it once.
+        path = sqlalchemy.engine.make_url(url).database or ""
+        return f"sqlite:///file:{quote(quote(path))}?mode=ro&uri=true"
+    if url.startswith("postgresql"):
+        connect = engine_kwargs.setdefault("connect_args", {})
+        connect["options"] = "-c default_transaction_read_only=on"
+    return url
+
+
 def redact(url: str) -> str:
     """The URL without its password."""
     try:
@@ -94,21 +110,73 @@ def redact(url: str) -> str:
         return url
 
 
+# Tables every Optuna storage holds; a database without them holds no study.
+OPTUNA_TABLES = frozenset({"studies", "version_info"})
+
+
+def _check_sqlite(url: str, path: Path, create: bool, timeout_s: float) -> None:
+    """Refuse a SQLite file that is not a study database (read-only: it is not changed). An
+    empty file may become one when `create`."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    query = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    try:
+        with closing(sqlite3.connect(uri, uri=True, timeout=timeout_s)) as conn:
+            tables = {str(row[0]) for row in conn.execute(query)}
+    except sqlite3.Error as exc:
+        raise StorageError(f"storage {redact(url)}: {exc}") from exc
+    if tables >= OPTUNA_TABLES or (create and not tables):
+        return
+    has = f" (it holds: {', '.join(sorted(tables)[:5])})" if tables else " (it is empty)"
+    raise StorageError(
+        f"{path} is not a study database{has}; name the study's own file with --storage or --root"
+    )
+
+
+def _check_has_studies(url: str) -> None:
+    """Refuse a database server's database that holds no Optuna study tables."""
+    with storage_errors(url):
+        engine = sqlalchemy.create_engine(url)
+        try:
+            found = sqlalchemy.inspect(engine).has_table("studies")
+        finally:
+            engine.dispose()
+    if not found:
+        raise StorageError(
+            f"storage {redact(url)}: no study tables there (no study was made in it)"
+        )
+
+
 class StudyStore:
     """Studies and their trials in one Optuna storage (SQLite file, PostgreSQL, ...)."""
 
     def __init__(
-        self, url: str, *, create: bool = True, settings: StoreSettings | None = None
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        settings: StoreSettings | None = None,
+        read_only: bool = False,
     ) -> None:
         """Open the storage at `url`; with `create=False` a missing SQLite file is an error
-        (reading commands never leave an empty database behind)."""
+        (reading commands never leave an empty database behind). `read_only=True` (implies
+        `create=False`): no table is created and the connection cannot write (an SQLite file
+        opened read-only, a PostgreSQL session of read-only transactions)."""
+        create = create and not read_only
         self.url = url
         self.settings = settings or StoreSettings()
+        # Optuna's RDBStorage creates its tables in whatever it opens, so what is there is
+        # checked first: a reading command never writes, a study never goes into another
+        # application's SQLite file.
         if url.startswith("sqlite:///"):
             path = Path(url.removeprefix("sqlite:///"))
             if not create and not path.is_file():
                 raise StorageError(f"no study database at {path}")
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_file():
+                _check_sqlite(url, path, create, self.settings.sqlite_timeout_s)
+            with storage_errors(url):
+                path.parent.mkdir(parents=True, exist_ok=True)
+        elif not create:
+            _check_has_studies(url)
         engine_kwargs: dict[str, Any] = {}
         if url.startswith("sqlite"):
             # Wait out another process's write (a second tuner, `show`) instead of failing.
@@ -117,8 +185,9 @@ class StudyStore:
         self.stale_after_s = max(1, round(self.heartbeat_s * STALE_BEATS))
         with storage_errors(url):
             self.rdb = RDBStorage(
-                url,
+                _read_only(url, engine_kwargs) if read_only else url,
                 engine_kwargs=engine_kwargs,
+                skip_table_creation=read_only,
                 skip_compatibility_check=False,
                 heartbeat_interval=max(1, round(self.heartbeat_s)),
                 grace_period=self.stale_after_s,

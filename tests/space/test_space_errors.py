@@ -64,7 +64,7 @@ CASES = {
     ),
     "wrong_value_type": (
         "parameters:\n  - {name: max_num_seqs, type: int, low: four, high: 8, baseline: 8}",
-        r"parameters\[0\]\.low: Input should be a valid integer",
+        r"parameters\[0\]\.low: expected a whole number",
     ),
     "duplicate_name": (
         f"parameters:\n  - {INT}\n  - {INT}",
@@ -105,7 +105,7 @@ CASES = {
     ),
     "bad_platform": (
         f"platform: tpu\nparameters:\n  - {INT}",
-        r"platform: Input should be 'cpu', 'cuda', 'ascend' or 'any'",
+        r"platform: expected 'cpu', 'cuda', 'ascend' or 'any'",
     ),
     "no_parameters": ("name: x\n", r"parameters: required field missing"),
     "dotted_unknown_option": (
@@ -132,6 +132,25 @@ CASES = {
         "  - {name: g, option: compilation_config.cudagraph_mode, type: categorical,"
         " choices: [null, FULL], baseline: null}",
         r"parameters\[0\]\.option: option 'compilation_config' is both fixed and tuned",
+    ),
+    "count_below_one": (
+        "parameters:\n  - {name: max_num_seqs, type: int, low: -8, high: 64, baseline: 8}",
+        r"parameters\[0\]\.low: max_num_seqs must be >= 1 \(got -8\)",
+    ),
+    "fraction_above_one": (
+        "parameters:\n  - {name: gpu_memory_utilization, type: float, low: 0.5, high: 1.5,"
+        " baseline: 0.9}",
+        r"parameters\[0\]\.high: gpu_memory_utilization must be in \(0, 1\] \(got 1\.5\)",
+    ),
+    "fraction_zero_choice": (
+        "parameters:\n  - {name: gpu_memory_utilization, type: categorical, choices: [0.9, 0],"
+        " baseline: 0.9}",
+        r"parameters\[0\]\.choices\[1\]: gpu_memory_utilization must be in \(0, 1\]",
+    ),
+    "scaled_count_below_one": (
+        "parameters:\n  - {name: kv_cache_mib, option: kv_cache_memory_bytes, type: int,"
+        " scale: 1048576, low: 0, high: 512, step: 128, baseline: 256}",
+        r"parameters\[0\]\.low: kv_cache_memory_bytes must be >= 1 \(got 0 = 0\)",
     ),
     "unknown_graph_mode_on_ascend": (
         "platform: ascend\nparameters:\n  - {name: g, option: compilation_config.cudagraph_mode,"
