@@ -9,12 +9,17 @@ import typer
 
 from autotune.cli import _spaces
 from autotune.cli._bench import bench
-from autotune.cli._common import cli_errors, console
+from autotune.cli._common import InputError, cli_errors, console
 from autotune.cli._dashboard import dashboard, report
 from autotune.cli._devices import devices
+from autotune.cli._doctor import doctor
+from autotune.cli._logs import logs
 from autotune.cli._profile import profile
 from autotune.cli._results import export, show
+from autotune.cli._studies import studies
 from autotune.cli._tune import confirm, tune, worker
+from autotune.cli._usage import run
+from autotune.cli._version import print_version
 
 app = typer.Typer(
     name="autotune",
@@ -22,17 +27,39 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # `-h` as well as `--help`, on every command (click passes it down to subcommands).
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=print_version,
+            is_eager=True,
+            help="Print the versions of autotune and of the installed vLLM, and exit",
+        ),
+    ] = False,
+) -> None:
+    """Find the best vLLM serving configuration for a model, hardware and workload."""
+
+
 app.command()(tune)
 app.command()(worker)
 app.command()(confirm)
 app.command()(show)
+app.command()(studies)
+app.command()(logs)
 app.command()(export)
 app.command()(dashboard)
 app.command()(report)
 app.command()(profile)
 app.command()(bench)
 app.command()(devices)
+app.command()(doctor)
 app.add_typer(_spaces.app, name="spaces")
 
 
@@ -42,12 +69,16 @@ def make_tiny_model(
     seed: Annotated[int, typer.Option(help="Weights and tokenizer seed")] = 0,
 ) -> None:
     """Write the tiny random-weight Llama (+ tokenizer) used by the demo and the tests."""
+    from autotune.tinymodel import ModelFolderError
     from autotune.tinymodel import make_tiny_model as make
 
     with cli_errors():
-        make(path, seed=seed)
+        try:
+            make(path, seed=seed)
+        except ModelFolderError as exc:
+            raise InputError(str(exc)) from None
         console.print(f"wrote a tiny random-weight Llama to {path}")
 
 
 def main() -> None:
-    app()
+    run(app)

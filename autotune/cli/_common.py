@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from autotune.bench import WorkloadError
-from autotune.selection import SelectionError
+from autotune.selection import InfeasibleError, SelectionError
 from autotune.space import SpaceError
 from autotune.spec import SpecError
 from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url
@@ -53,6 +53,11 @@ class InputError(Exception):
     """Bad input found by the CLI itself (a missing model path, conflicting flags)."""
 
 
+class CommandFailed(Exception):
+    """The input was fine but the command could not do its job (exit 1), e.g. a benchmark
+    in which no request completed."""
+
+
 _BAD_INPUT: tuple[type[Exception], ...] = (*INPUT_ERRORS, InputError)
 
 
@@ -61,10 +66,13 @@ def cli_errors() -> Iterator[None]:
     """Turn known errors into `error: ...` on stderr and an exit code; never a traceback."""
     try:
         yield
+    except InfeasibleError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        raise typer.Exit(EXIT_INFEASIBLE) from None
     except _BAD_INPUT as exc:
         err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(EXIT_INPUT) from None
-    except StudyError as exc:
+    except (StudyError, CommandFailed) as exc:
         err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt:

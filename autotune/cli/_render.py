@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from autotune.engine import failure_headline
+from autotune.numbers import readable
 from autotune.selection import (
     CONFIRM_ATTR,
     baseline,
+    closest,
     confirmed_winner,
+    describe_slos,
+    miss_text,
+    misses,
     pareto_front,
     study_objectives,
 )
@@ -131,11 +138,11 @@ def print_confirm(console: Console, attrs: dict[str, Any]) -> None:
     winner = result.get("winner")
     for number, c in (result.get("candidates") or {}).items():
         mark = (" w" if str(winner) == number else "") + (" b" if str(base) == number else "")
-        runs = ", ".join("-" if v is None else f"{v:,.4g}" for v in c.get("values") or [])
+        runs = ", ".join("-" if v is None else readable(v) for v in c.get("values") or [])
 
         def num(key: str, c: dict[str, Any] = c) -> str:
             value = c.get(key)
-            return "-" if value is None else f"{value:,.4g}"
+            return "-" if value is None else readable(value)
 
         feasible = f"{c.get('feasible_rounds', 0)}/{len(c.get('values') or [])}"
         row = (num("median"), num("spread"), num("conservative"), feasible)
@@ -152,46 +159,128 @@ def _ratio(value: float, base: float | None) -> str:
     return f"{value / base:.2f}x"
 
 
+WIDE_MIN = 160  # below this width a config column is too narrow to read: stack each trial
+STACKED_LINES = 3  # the most lines a stacked trial takes (its status first, then its config)
+
+
+def _columns(rows: Sequence[TrialRecord]) -> list[str]:
+    """The number columns: capacity (a capacity-search study), peak memory (offline), then
+    throughput, its ratio to the baseline's and the latency percentiles."""
+    heads = []
+    if any("capacity_rps" in t.metrics for t in rows):
+        heads.append("capacity req/s")
+    if any("peak_memory_gib" in t.metrics for t in rows):
+        heads.append("peak GiB")
+    return [*heads, "out tok/s", "vs base", "TTFT p50/p99 ms", "TPOT p50/p99 ms"]
+
+
+def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None) -> list[str]:
+    if not t.measured:
+        return ["" if h == "vs base" else "-" for h in heads]
+    cells = {
+        "capacity req/s": f"{t.metric('capacity_rps'):.2f}",
+        "peak GiB": f"{t.metric('peak_memory_gib'):.2f}",
+        "out tok/s": _with_spread(t, "output_throughput", ",.0f"),
+        "vs base": _ratio(t.metric("output_throughput"), base_tps),
+        "TTFT p50/p99 ms": f"{t.metric('p50_ttft_ms'):.1f} / {t.metric('p99_ttft_ms'):.1f}",
+        "TPOT p50/p99 ms": f"{t.metric('p50_tpot_ms'):.2f} / {t.metric('p99_tpot_ms'):.2f}",
+    }
+    return [cells[h] for h in heads]
+
+
+def _status(t: TrialRecord, limit: int | None = None) -> str:
+    """What became of the trial; a failure's reason cause first (`failure_headline`), cut to
+    `limit` characters if given."""
+    status = t.status if t.feasible or not t.measured else "ok (misses SLO)"
+    if t.repair_of is not None:  # before the reason: a long one wraps, the link stays whole
+        status += f" (repair of {t.repair_of})"
+    if not t.measured and t.reason:
+        reason = failure_headline(t.reason)
+        if limit is not None and len(reason) > limit:
+            reason = reason[: limit - 1] + "…"
+        status = f"{status}: {reason}"
+    return f"~ {status}" if t.status in PREDICTED_STATUSES else status
+
+
+def _status_text(t: TrialRecord, text: str) -> Text:
+    # The gate's predictions are dim: not measured failures.
+    return Text(text, style="dim" if t.status in PREDICTED_STATUSES else "")
+
+
 def trial_table(
     title: str, rows: Sequence[TrialRecord], base: TrialRecord | None, marks: dict[int, str]
 ) -> Table:
+    """The trials as one table, the config in a column (for a wide console)."""
     table = Table(title=title, title_justify="left")
     table.add_column("trial", justify="right", no_wrap=True)
-    table.add_column("config", overflow="fold")
-    capacity = any("capacity_rps" in t.metrics for t in rows)  # a capacity-search study
-    if capacity:
-        table.add_column("capacity req/s", justify="right", no_wrap=True)
-    peak = any("peak_memory_gib" in t.metrics for t in rows)  # an offline study
-    if peak:
-        table.add_column("peak GiB", justify="right", no_wrap=True)
-    for col in ("out tok/s", "vs base", "TTFT p50/p99 ms", "TPOT p50/p99 ms"):
+    table.add_column("config", overflow="fold", min_width=30)
+    heads = _columns(rows)
+    for col in heads:
         table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("status", overflow="fold")
+    table.add_column("status", overflow="fold", min_width=16, max_width=48)
     base_tps = base.metric("output_throughput") if base else None
     for t in rows:
-        mark = marks.get(t.number, "")
-        if t.measured:
-            cells = [
-                _with_spread(t, "output_throughput", ",.0f"),
-                _ratio(t.metric("output_throughput"), base_tps),
-                f"{t.metric('p50_ttft_ms'):.1f} / {t.metric('p99_ttft_ms'):.1f}",
-                f"{t.metric('p50_tpot_ms'):.2f} / {t.metric('p99_tpot_ms'):.2f}",
-            ]
-        else:
-            cells = ["-", "", "-", "-"]
-        if peak:
-            cells.insert(0, f"{t.metric('peak_memory_gib'):.2f}" if t.measured else "-")
-        if capacity:
-            cells.insert(0, f"{t.metric('capacity_rps'):.2f}" if t.measured else "-")
-        predicted = t.status in PREDICTED_STATUSES  # the gate's, not a measured failure
-        status = t.status if t.feasible or not t.measured else "ok (misses SLO)"
-        if not t.measured and t.reason:
-            status = f"{t.status}: {t.reason[: 100 if predicted else 60]}"
-        if t.repair_of is not None:
-            status += f" (repair of {t.repair_of})"
-        cell = Text(f"~ {status}", style="dim") if predicted else status
-        table.add_row(f"{t.number}{mark}", t.description, *cells, cell)
+        status = _status_text(t, _status(t, limit=120))
+        cells = _numbers(t, heads, base_tps)
+        table.add_row(f"{t.number}{marks.get(t.number, '')}", Text(t.description), *cells, status)
     return table
+
+
+def stacked_table(
+    title: str,
+    rows: Sequence[TrialRecord],
+    base: TrialRecord | None,
+    marks: dict[int, str],
+    width: int,
+) -> Group:
+    """The trials for a narrow console, each on at most STACKED_LINES lines: its numbers and
+    status (a trial with no measurement: its status, cause first, on up to two lines), then
+    its config under them, indented, cut with `…` where it would take more."""
+    heads = _columns(rows)
+    base_tps = base.metric("output_throughput") if base else None
+    names = [f"{t.number}{marks.get(t.number, '')}" for t in rows]
+    cells = [_numbers(t, heads, base_tps) for t in rows]
+    first = max(len("trial"), *(len(n) for n in names))
+    sizes = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    if first + sum(s + 2 for s in sizes) > width and "vs base" in heads:
+        drop = heads.index("vs base")  # the least needed: the throughput itself stays
+        del heads[drop], sizes[drop]
+        for c in cells:
+            del c[drop]
+    indent = " " * (first + 2)
+    room = max(20, width - len(indent))
+
+    def line(name: str, values: Sequence[str]) -> str:
+        return "  ".join(
+            [name.rjust(first), *(v.rjust(s) for v, s in zip(values, sizes, strict=True))]
+        )
+
+    header = line("trial", heads)
+    out = [
+        Text(title),
+        Text(header, style="bold", no_wrap=True),
+        Text("─" * min(width, len(header))),
+    ]
+    for t, name, values in zip(rows, names, cells, strict=True):
+        status, lines = _status(t), []
+        if t.measured and len(line(name, values)) + 2 + len(status) <= width:
+            lines.append(Text(line(name, values) + "  ") + _status_text(t, status))
+        else:
+            if t.measured:
+                lines.append(Text(line(name, values), no_wrap=True))
+                name = ""
+            most = STACKED_LINES - len(lines) - 1  # a line is left for the config
+            wrapped = textwrap.wrap(status, room, max_lines=most, placeholder=" …") or [""]
+            for k, part in enumerate(wrapped):
+                lead = name.rjust(first) + "  " if k == 0 and name else indent
+                lines.append(Text(lead) + _status_text(t, part))
+        most = STACKED_LINES - len(lines)
+        config = textwrap.wrap(
+            t.description or "(no config)", room, max_lines=most, placeholder=" …"
+        )
+        lines.extend(Text(indent + part, no_wrap=True) for part in config)
+        out.extend(lines)
+    return Group(*out)
 
 
 def print_front(
@@ -214,7 +303,10 @@ def print_front(
     else:
         rows = front + ([base] if base is not None and base not in front else [])
         title = f"Study {study}: Pareto front of {len(records)} trials (b baseline{w})"
-    console.print(trial_table(title, rows, base, marks))
+    if console.width >= WIDE_MIN:
+        console.print(trial_table(title, rows, base, marks))
+    else:
+        console.print(stacked_table(title, rows, base, marks, console.width))
     predicted = sum(t.status in PREDICTED_STATUSES for t in rows)
     if predicted:
         console.print(
@@ -222,9 +314,37 @@ def print_front(
             "trial's failure, not a measurement"
         )
     names = ", ".join(f"{m} ({d[:3]})" for m, d in objectives)
-    slos = attrs.get("slos") or {}
-    slo_text = ", ".join(f"{k} <= {v:g}" for k, v in slos.items()) or "none"
-    console.print(f"objectives: {names}; SLOs: {slo_text}")
+    console.print(f"objectives: {names}; SLOs: {describe_slos(attrs)}")
     if not front:
         console.print("[yellow]no measured trial meets every constraint yet[/]")
     print_confirm(console, attrs)
+
+
+def print_infeasible(
+    console: Console, study: str, records: Sequence[TrialRecord], attrs: dict[str, Any]
+) -> bool:
+    """When no measured trial meets every constraint: the closest one, by how much it misses
+    each, and what to try. False when the study has a feasible trial (nothing printed)."""
+    if pareto_front(records, study_objectives(attrs)):
+        return False
+    near = closest(records)
+    if near is None:
+        console.print("[yellow]no trial was measured: there is no config to suggest[/]")
+        return True
+    console.print(
+        f"[yellow]no measured config meets every constraint.[/] Closest: trial {near.number}"
+        f" ({near.description or 'baseline'}), which misses {miss_text(near)}."
+    )
+    worst = misses(near)[0] if misses(near) else None
+    tips = []
+    if worst is not None and worst.name != "error_rate":
+        tips.append(
+            f"a looser bound (--slo {worst.name}={worst.measured * 1.1:.0f}, or relative to "
+            f"what runs today: --slo {worst.name}=baseline*1.2)"
+        )
+    if not attrs.get("capacity"):
+        tips.append("--load capacity (each config at the highest rate within the SLOs)")
+    tips.append("less load (a lower --concurrency or --rate, fewer or shorter prompts)")
+    console.print("  to try: " + "; ".join(tips))
+    console.print(f"  export it anyway: autotune export {study} --allow-infeasible")
+    return True

@@ -7,10 +7,12 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._common import cli_errors, console, open_store
+from autotune.cli._common import InputError, cli_errors, console, open_store
 from autotune.cli._render import print_front
+from autotune.cli._table import Format, rows_csv, rows_json
 from autotune.export import choose_export, export_trial
 from autotune.selection import PICKS
+from autotune.trial_data import flat_columns, flat_row, trial_rows
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
 RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
@@ -19,6 +21,14 @@ RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
 def show(
     study: Annotated[str, typer.Argument(help="Study name")],
     all_trials: Annotated[bool, typer.Option("--all", help="Every trial, not the front")] = False,
+    output_format: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            help="table: the front (or --all) for reading; json, csv: every trial as data "
+            "(columns: docs/metrics.md)",
+        ),
+    ] = Format.TABLE,
     storage: StorageOpt = None,
     root: RootOpt = Path("studies"),
 ) -> None:
@@ -26,7 +36,16 @@ def show(
     with cli_errors():
         store = open_store(study, storage, root)
         records = store.trials(study)
-        print_front(console, study, records, store.study_attrs(study), show_all=all_trials)
+        attrs = store.study_attrs(study)
+        if output_format is Format.TABLE:
+            print_front(console, study, records, attrs, show_all=all_trials)
+            return
+        rows = trial_rows(records, attrs)
+        if output_format is Format.JSON:
+            typer.echo(rows_json(rows))
+        else:
+            flat = [flat_row(r) for r in rows]
+            typer.echo(rows_csv(flat, flat_columns(rows)), nl=False)
 
 
 def export(
@@ -40,6 +59,14 @@ def export(
         ),
     ] = None,
     trial: Annotated[int | None, typer.Option(help="Export this trial instead")] = None,
+    allow_infeasible: Annotated[
+        bool,
+        typer.Option(
+            "--allow-infeasible",
+            help="When no trial meets every SLO, export the one closest to them (marked "
+            "INFEASIBLE in its header)",
+        ),
+    ] = False,
     output: Annotated[Path, typer.Option("-o", "--output", help="YAML file to write")] = Path(
         "best.yaml"
     ),
@@ -48,10 +75,16 @@ def export(
 ) -> None:
     """Write a trial's config as a `vllm serve --config` YAML (and an env file if needed)."""
     with cli_errors():
+        if output.is_dir():
+            raise InputError(f"-o {output}: is a folder; name the YAML file, e.g. -o best.yaml")
         store = open_store(study, storage, root)
         attrs = store.study_attrs(study)
-        chosen, how = choose_export(store.trials(study), attrs, pick_rule, trial)
-        done = export_trial(study, chosen, attrs, output, how)
+        records = store.trials(study)
+        chosen, how = choose_export(records, attrs, pick_rule, trial, allow_infeasible)
+        try:
+            done = export_trial(study, chosen, attrs, output, how)
+        except OSError as exc:
+            raise InputError(f"-o {output}: cannot write: {exc.strerror or exc}") from None
         console.print(f"wrote {done.yaml_path} (trial {chosen.number}, {how})")
         if done.env_path is not None:
             console.print(f"wrote {done.env_path} (engine environment)")
