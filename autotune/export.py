@@ -11,7 +11,18 @@ import yaml
 
 from autotune.engine import env_file_text
 from autotune.host import hardware_line, serve_command
-from autotune.selection import CONFIRM_ATTR, confirmed_winner, pick, study_objectives
+from autotune.numbers import readable
+from autotune.selection import (
+    CONFIRM_ATTR,
+    closest,
+    confirmed_winner,
+    describe_slos,
+    miss_text,
+    misses,
+    pareto_front,
+    pick,
+    study_objectives,
+)
 from autotune.store import TrialRecord
 
 CONFIRMED = "confirmed winner: median minus spread over alternating re-runs"
@@ -39,10 +50,17 @@ def choose_export(
     attrs: dict[str, Any],
     rule: str | None = None,
     number: int | None = None,
+    allow_infeasible: bool = False,
 ) -> tuple[TrialRecord, str]:
     """The trial `export` writes and how it was chosen: trial `number`, else the pick `rule`,
     else the confirmed winner when the study has one, else max-throughput. Raises
-    SelectionError when nothing fits."""
+    SelectionError when nothing fits, InfeasibleError when nothing is feasible (unless
+    `allow_infeasible`: then the measured trial closest to the constraints)."""
+    if allow_infeasible and number is None:
+        objectives = study_objectives(attrs)
+        near = closest(records)
+        if not pareto_front(records, objectives) and near is not None:
+            return near, "closest to the constraints; infeasible, --allow-infeasible"
     winner = confirmed_winner(attrs)
     if number is None and rule is None and winner is not None:
         number, how = winner, CONFIRMED
@@ -69,8 +87,9 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
         if trial.measured
         else f"not measured: {trial.status} {trial.reason}".rstrip(),
         _confirmed_line(trial, attrs),
+        f"INFEASIBLE: it misses {miss_text(trial)}" if trial.measured and misses(trial) else "",
         f"workload: {compact(attrs.get('workload'))}; load: {compact(attrs.get('load'))}",
-        f"SLOs: {compact(attrs.get('slos')) or 'none'}",
+        f"SLOs: {describe_slos(attrs)}",
         f"vLLM: {vllm or 'unknown'}; host: {hardware_line(host)}",
     ]
     return [line for line in lines if line]
@@ -86,8 +105,8 @@ def _confirmed_line(trial: TrialRecord, attrs: dict[str, Any]) -> str:
         return ""
     metric, rounds = confirm.get("metric", "?"), confirm.get("rounds", "?")
     line = (
-        f"confirmed: {metric} median {mine['median']:,.4g} ±{mine.get('spread') or 0:,.3g} "
-        f"over {rounds} alternating rounds"
+        f"confirmed: {metric} median {readable(mine['median'])} "
+        f"±{readable(mine.get('spread') or 0.0)} over {rounds} alternating rounds"
     )
     if confirm.get("winner") == trial.number:
         line += f"; vs baseline: {(confirm.get('gain') or {}).get('verdict', '?')}"

@@ -5,19 +5,27 @@ dashboard use them without the study machinery."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from autotune.numbers import readable
 from autotune.spec import DEFAULT_OBJECTIVES
 from autotune.store import TrialRecord
 
 Pick = Literal["max-throughput", "min-ttft", "min-tpot", "knee"]
 PICKS: tuple[str, ...] = ("max-throughput", "min-ttft", "min-tpot", "knee")
 CONFIRM_ATTR = "confirm"  # the study attribute the confirm step keeps its result in
+SLOS_ATTR = "slos"  # study attribute: every SLO bound, metric -> value
+BASIS_ATTR = "slo_basis"  # what a baseline-relative bound came from: {factor, baseline, trial}
 
 
 class SelectionError(Exception):
     """No trial fits the request; the message says why."""
+
+
+class InfeasibleError(SelectionError):
+    """The study has measured trials, but none meets every constraint."""
 
 
 def study_objectives(attrs: dict[str, Any]) -> list[tuple[str, str]]:
@@ -69,9 +77,13 @@ def pick(
         return _by_number(trials, number)
     front = pareto_front(trials, objectives)
     if not front:
-        raise SelectionError(
-            "no measured trial meets every constraint (SLOs, error rate); "
-            "use --trial N to export a specific trial"
+        near = closest(trials)
+        if near is None:
+            raise SelectionError("no trial of this study was measured: nothing to export")
+        raise InfeasibleError(
+            f"no measured trial meets every constraint; the closest is trial {near.number} "
+            f"({miss_text(near) or 'error rate'}): pass --allow-infeasible to export it, or "
+            "--trial N"
         )
     how = how or "max-throughput"
     if how == "max-throughput":
@@ -118,3 +130,61 @@ def confirmed_winner(attrs: dict[str, Any]) -> int | None:
         return None
     winner = confirm.get("winner")
     return int(winner) if isinstance(winner, int) else None
+
+
+def describe_slos(attrs: Mapping[str, Any]) -> str:
+    """The study's SLOs on one line: `p99_ttft_ms <= 2000, p99_tpot_ms <= 230 (baseline
+    191.7 x 1.2)`; a relative one not fixed yet reads `<= baseline x 1.2`."""
+    bounds = attrs.get(SLOS_ATTR) or {}
+    basis = attrs.get(BASIS_ATTR) or {}
+    relative = attrs.get("relative_slos") or {}
+    parts = []
+    for name, bound in bounds.items():
+        entry = basis.get(name)
+        how = f" (baseline {readable(entry['baseline'])} x {entry['factor']:g})" if entry else ""
+        parts.append(f"{name} <= {readable(bound)}{how}")
+    for name, factor in relative.items():
+        if name not in bounds:
+            parts.append(f"{name} <= baseline x {factor:g} (not measured yet)")
+    return ", ".join(parts) or "none"
+
+
+@dataclass(frozen=True)
+class Miss:
+    """By how much a measured trial misses one constraint."""
+
+    name: str  # an SLO's metric, or "error_rate"
+    measured: float
+    bound: float
+    over: float  # the relative violation: measured / bound - 1 (> 0)
+
+
+def misses(trial: TrialRecord) -> list[Miss]:
+    """The constraints `trial` violates, worst first (from its stored constraint values:
+    an SLO's is `measured / bound - 1`, see autotune.study._objectives)."""
+    out = []
+    for name, value in trial.constraints.items():
+        if value <= 0 or name in ("failed", "oom"):
+            continue
+        measured = trial.metric(name)
+        if name == "error_rate":
+            out.append(Miss(name, measured, measured - value, value))
+        else:
+            out.append(Miss(name, measured, measured / (1.0 + value), value))
+    return sorted(out, key=lambda m: -m.over)
+
+
+def closest(trials: Sequence[TrialRecord]) -> TrialRecord | None:
+    """The measured trial with the smallest total relative violation: what to look at (and,
+    with `export --allow-infeasible`, to deploy) when nothing is feasible."""
+    measured = [t for t in trials if t.measured]
+    if not measured:
+        return None
+    return min(measured, key=lambda t: (sum(m.over for m in misses(t)), t.number))
+
+
+def miss_text(trial: TrialRecord) -> str:
+    """`p99_ttft_ms 5,012 > 2,000 (+151%), ...`: the trial's misses on one line."""
+    parts = [f"{m.name} {readable(m.measured)} > {readable(m.bound)}" for m in misses(trial)]
+    overs = [f"{m.over:+.0%}" for m in misses(trial)]
+    return ", ".join(f"{part} ({over})" for part, over in zip(parts, overs, strict=True))

@@ -6,6 +6,7 @@ Nothing below the CLI parses strings or reads the environment: it receives a Tun
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +21,14 @@ from pydantic import (
 )
 
 from autotune.bench import METRIC_NAMES, CapacitySearch, LoadProfile, Workload, parse_workload
-from autotune.engine import DEFAULT_COMMAND, DEFAULT_OFFLINE_COMMAND, normalize_option
+from autotune.engine import (
+    DEFAULT_COMMAND,
+    DEFAULT_OFFLINE_COMMAND,
+    is_known_option,
+    normalize_option,
+    suggest_option,
+)
+from autotune.spec_errors import describe_spec_error
 from autotune.store import default_storage_url
 
 Direction = Literal["maximize", "minimize"]
@@ -91,7 +99,21 @@ class EngineSpec(BaseModel):
     @field_validator("options")
     @classmethod
     def _normalize(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return {normalize_option(k): v for k, v in value.items()}
+        options = {normalize_option(k): v for k, v in value.items()}
+        for name in options:
+            # A misspelling of a known option is refused; a name close to none may be an
+            # option of another vLLM version (or plugin) and is passed on as it is.
+            hint = None if is_known_option(name) else suggest_option(name)
+            if hint is not None:
+                raise ValueError(f"unknown vLLM option '{name}' (did you mean '{hint}'?)")
+        return options
+
+    @field_validator("command", "offline_command")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
 
 
 class TuneSpec(BaseModel):
@@ -116,6 +138,12 @@ class TuneSpec(BaseModel):
         "instead of measuring at `load.rate`",
     )
     slos: dict[str, float] = Field(default_factory=dict, description="metric -> upper bound")
+    relative_slos: dict[str, float] = Field(
+        default_factory=dict,
+        description="metric -> factor of the baseline's own measurement (`--slo "
+        "p99_tpot_ms=baseline*1.2`: no more than 20% worse than today); the bound is fixed "
+        "once the baseline is measured and kept with the study",
+    )
     objectives: list[Objective] = Field(
         default_factory=lambda: [Objective(metric=m, direction=d) for m, d in DEFAULT_OBJECTIVES]
     )
@@ -174,12 +202,47 @@ class TuneSpec(BaseModel):
     )
     confirm_rounds: int = Field(default=3, ge=1, description="Rounds of the confirm step")
 
-    @field_validator("slos")
+    @model_validator(mode="before")
+    @classmethod
+    def _relative_in_slos(cls, data: Any) -> Any:
+        """A spec file may write `slos: {p99_tpot_ms: baseline*1.2}` as the flag does."""
+        if not isinstance(data, dict) or not isinstance(data.get("slos"), dict):
+            return data
+        slos, relative = {}, dict(data.get("relative_slos") or {})
+        for name, value in data["slos"].items():
+            if isinstance(value, str) and value.strip().startswith("baseline"):
+                relative[name] = parse_relative(f"slos.{name}", value)
+            else:
+                slos[name] = value
+        return {**data, "slos": slos, "relative_slos": relative}
+
+    @field_validator("slos", "relative_slos")
     @classmethod
     def _known_slos(cls, value: dict[str, float]) -> dict[str, float]:
-        for name in value:
+        for name, bound in value.items():
             if name not in METRIC_NAMES:
                 raise ValueError(f"unknown SLO metric {name!r}; known: {', '.join(METRIC_NAMES)}")
+            if not bound > 0:
+                raise ValueError(f"SLO {name}={bound:g}: a bound must be a number > 0")
+        return value
+
+    @model_validator(mode="after")
+    def _relative_slos(self) -> TuneSpec:
+        both = sorted(set(self.slos) & set(self.relative_slos))
+        if both:
+            raise ValueError(f"SLO {both[0]} is given twice: as a bound and as baseline*FACTOR")
+        if self.relative_slos and self.capacity is not None:
+            raise ValueError(
+                "a baseline-relative SLO needs the baseline measured at a fixed load; a capacity "
+                "search measures each config at the highest rate within absolute SLOs"
+            )
+        return self
+
+    @field_validator("root")
+    @classmethod
+    def _root_is_a_folder(cls, value: Path) -> Path:
+        if value.exists() and not value.is_dir():
+            raise ValueError("is a file, not a folder")
         return value
 
     @field_validator("workload", mode="before")
@@ -258,6 +321,41 @@ def parse_pairs(items: list[str], what: str) -> dict[str, float]:
     return out
 
 
+RELATIVE_SYNTAX = "baseline*FACTOR"
+
+
+def parse_slos(items: list[str], what: str = "--slo") -> tuple[dict[str, float], dict[str, float]]:
+    """`["p99_ttft_ms=2000", "p99_tpot_ms=baseline*1.2"]` -> the absolute bounds and the
+    baseline-relative factors: `({"p99_ttft_ms": 2000.0}, {"p99_tpot_ms": 1.2})`."""
+    absolute: list[str] = []
+    relative: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if sep and value.strip().startswith("baseline"):
+            relative[key.strip()] = parse_relative(f"{what} {item!r}", value)
+        else:
+            absolute.append(item)
+    return parse_pairs(absolute, what), relative
+
+
+def parse_relative(where: str, text: str) -> float:
+    """`baseline*1.2` -> 1.2 (`baseline` alone: 1.0). Raises SpecError naming `where`."""
+    rest = text.strip().removeprefix("baseline").strip()
+    if not rest:
+        return 1.0
+    factor = rest.removeprefix("*").strip()
+    try:
+        value = float(factor) if rest.startswith("*") else math.nan
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise SpecError(
+            f"{where}: expected {RELATIVE_SYNTAX} with a factor > 0, e.g. "
+            "p99_tpot_ms=baseline*1.2 (at most 20% above the baseline's own value)"
+        )
+    return value
+
+
 def parse_objectives(items: list[str]) -> list[dict[str, str]]:
     """`["output_throughput:max", "p99_ttft_ms:min"]` -> objective dicts."""
     out = []
@@ -265,7 +363,7 @@ def parse_objectives(items: list[str]) -> list[dict[str, str]]:
         metric, _, direction = item.partition(":")
         full = {"max": "maximize", "min": "minimize"}.get(direction, direction)
         if full not in ("maximize", "minimize"):
-            raise SpecError(f"objective {item!r}: expected METRIC:max or METRIC:min")
+            raise SpecError(f"--objective {item!r}: expected METRIC:max or METRIC:min")
         out.append({"metric": metric, "direction": full})
     return out
 
@@ -289,7 +387,7 @@ def load_spec(
     try:
         return TuneSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_first_error(exc, path)) from None
+        raise SpecError(_first_error(exc, path, overrides)) from None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -297,6 +395,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise SpecError(f"{path}: cannot read spec: {exc.strerror}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{path}: invalid YAML{where}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
@@ -304,10 +406,12 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _first_error(exc: ValidationError, path: Path | None) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "spec"
-    prefix = f"{path}: " if path else ""
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    message = err["msg"].removeprefix("Value error, ")
-    return f"{prefix}{where}: {message}{more}"
+def _first_error(exc: ValidationError, path: Path | None, flags: dict[str, Any]) -> str:
+    """The first error in plain words, named by its flag or its field (see spec_errors)."""
+    parts: dict[str, type[BaseModel]] = {
+        "": TuneSpec,
+        "load": LoadProfile,
+        "engine": EngineSpec,
+        "capacity": CapacitySearch,
+    }
+    return describe_spec_error(exc, path, flags, parts)

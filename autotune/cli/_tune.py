@@ -13,17 +13,26 @@ import typer
 
 from autotune.cli._baseline import read_baseline, with_baseline
 from autotune.cli._common import (
+    EXIT_INFEASIBLE,
     InputError,
     cli_errors,
     console,
     open_store,
     open_tuning_store,
     setup_logging,
+    store_settings,
     worker_host,
 )
-from autotune.cli._render import event_printer, print_confirm, print_front, print_summary
+from autotune.cli._render import (
+    event_printer,
+    print_confirm,
+    print_front,
+    print_infeasible,
+    print_summary,
+)
 from autotune.devices import DevicePool, format_device_list
-from autotune.spec import TuneSpec, load_spec, parse_objectives, parse_pairs
+from autotune.engine import DEFAULT_COMMAND
+from autotune.spec import TuneSpec, load_spec, parse_objectives, parse_slos
 from autotune.store import StudyStore, redact
 from autotune.study import (
     SPEC_ATTR,
@@ -32,7 +41,14 @@ from autotune.study import (
     Measurement,
     StudyRunner,
     build_harness,
+    check_warm_start,
 )
+
+
+def _spec(field: str) -> str:
+    """A spec field's default as `--help` shows it (the flags default to None: not given)."""
+    return str(TuneSpec.model_fields[field].get_default(call_default_factory=True))
+
 
 # Options of every command that runs trials on this machine's devices.
 ParallelOption = Annotated[
@@ -48,11 +64,20 @@ def tune(
         str | None, typer.Option(help="Study name (continues an existing one)")
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model path or name")] = None,
-    space: Annotated[str | None, typer.Option(help="Search-space YAML or shipped name")] = None,
-    workload: Annotated[
-        str | None, typer.Option(help="random:input=256,output=64,prompts=64 | jsonl:path=F")
+    space: Annotated[
+        str | None,
+        typer.Option(help="Search-space YAML or shipped name", show_default=_spec("space")),
     ] = None,
-    rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s")] = None,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            help="random:input=256,output=64,prompts=64 | jsonl:path=F",
+            show_default="random:input=256,output=64,prompts=64,warmup=2",
+        ),
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="Poisson arrival rate, requests/s", show_default="8.0")
+    ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight (cap)")] = None,
     scenario: Annotated[
         str | None,
@@ -69,19 +94,33 @@ def tune(
         ),
     ] = None,
     slo: Annotated[
-        list[str] | None, typer.Option(help="METRIC=BOUND, e.g. p99_ttft_ms=2000")
+        list[str] | None,
+        typer.Option(
+            help="METRIC=BOUND (p99_ttft_ms=2000) or METRIC=baseline*FACTOR "
+            "(p99_tpot_ms=baseline*1.2: at most 20% above what the baseline measures)"
+        ),
     ] = None,
     objective: Annotated[
         list[str] | None, typer.Option(help="METRIC:max|min (default: throughput, p99 TTFT/TPOT)")
     ] = None,
-    trials: Annotated[int | None, typer.Option(help="Launched trials in the study, in all")] = None,
+    trials: Annotated[
+        int | None,
+        typer.Option(help="Launched trials in the study, in all", show_default=_spec("trials")),
+    ] = None,
     option: Annotated[
         list[str] | None, typer.Option(help="Fixed vLLM option KEY=VALUE (YAML value)")
     ] = None,
-    engine_command: Annotated[str | None, typer.Option(help="Server command template")] = None,
+    engine_command: Annotated[
+        str | None, typer.Option(help="Server command template", show_default=DEFAULT_COMMAND)
+    ] = None,
     served_model_name: Annotated[str | None, typer.Option(help="Name clients send")] = None,
-    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the study store")] = None,
-    root: Annotated[Path | None, typer.Option(help="Folder for studies")] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(help="SQLAlchemy URL of the study store", show_default="ROOT/STUDY/study.db"),
+    ] = None,
+    root: Annotated[
+        Path | None, typer.Option(help="Folder for studies", show_default=_spec("root"))
+    ] = None,
     search: Annotated[
         str | None,
         typer.Option(
@@ -90,9 +129,14 @@ def tune(
         ),
     ] = None,
     sampler: Annotated[
-        str | None, typer.Option(help="auto | guided | tpe | gp | random | nsga2")
+        str | None,
+        typer.Option(
+            help="auto | guided | tpe | gp | random | nsga2", show_default=_spec("sampler")
+        ),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Sampler and workload seed")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Sampler and workload seed", show_default=_spec("seed"))
+    ] = None,
     repair: Annotated[
         bool | None,
         typer.Option(
@@ -130,7 +174,9 @@ def tune(
             "at the end; pick the winner by median minus spread"
         ),
     ] = None,
-    confirm_rounds: Annotated[int | None, typer.Option(help="Rounds of --confirm")] = None,
+    confirm_rounds: Annotated[
+        int | None, typer.Option(help="Rounds of --confirm", show_default=_spec("confirm_rounds"))
+    ] = None,
     spec: Annotated[Path | None, typer.Option(help="tune.yaml holding any of these fields")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -202,7 +248,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     if flags["rate"] is not None or flags["concurrency"] is not None:
         out["load"] = {"rate": flags["rate"], "concurrency": flags["concurrency"]}
     if flags["slo"]:
-        out["slos"] = parse_pairs(flags["slo"], "--slo")
+        out["slos"], out["relative_slos"] = parse_slos(flags["slo"])
     if flags["objective"]:
         out["objectives"] = parse_objectives(flags["objective"])
     engine: dict[str, Any] = {}
@@ -244,15 +290,19 @@ def _options(items: list[str]) -> dict[str, Any]:
 
 def check_model(model: str) -> None:
     looks_local = model.startswith((".", "/", "~")) or Path(model).exists()
-    if looks_local and not (Path(model).expanduser() / "config.json").is_file():
+    folder = Path(model).expanduser()
+    if looks_local and not (folder / "config.json").is_file():
+        if folder.exists():  # a folder of something else: never suggest writing into it
+            raise InputError(f"model path {model} has no config.json (not a Hugging Face model)")
         hint = f"; create the demo model with `autotune make-tiny-model {model}`"
-        raise InputError(f"model path {model} has no config.json{hint}")
+        raise InputError(f"model path {model} does not exist{hint}")
 
 
 def run_tune(spec: TuneSpec, join: bool = False) -> None:
     """Run the study of `spec`, printing progress and, at the end, the Pareto front. `join`:
     as one of several workers of a study that exists (`autotune worker`)."""
     harness = build_harness(spec, host=worker_host())
+    check_warm_start(harness, store_settings())  # before the store: a bad flag creates nothing
     store = open_tuning_store(spec.storage_url)
     pool = harness.pool
     at_once = f", {harness.lanes} at a time on {_ids(pool)}" if pool is not None else ""
@@ -264,11 +314,18 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
     with sigterm_as_interrupt():
         result = runner.run()
     print_summary(console, result)
-    print_front(console, spec.study, store.trials(spec.study), store.study_attrs(spec.study))
+    records, attrs = store.trials(spec.study), store.study_attrs(spec.study)
+    print_front(console, spec.study, records, attrs)
     if result.interrupted:
         raise KeyboardInterrupt
+    infeasible = print_infeasible(console, spec.study, records, attrs)
     if spec.confirm and not join:
-        run_confirm(harness, store, spec.confirm, spec.confirm_rounds)
+        if infeasible:
+            console.print("\nconfirm: skipped, no feasible config to re-measure")
+        else:
+            run_confirm(harness, store, spec.confirm, spec.confirm_rounds)
+    if infeasible:
+        raise typer.Exit(EXIT_INFEASIBLE)
 
 
 def run_confirm(harness: Harness, store: StudyStore, top: int, rounds: int) -> None:

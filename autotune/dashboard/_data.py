@@ -35,6 +35,7 @@ from autotune.selection import (
     CONFIRM_ATTR,
     SelectionError,
     baseline,
+    describe_slos,
     pareto_front,
     study_objectives,
 )
@@ -123,6 +124,7 @@ class StudyView(View):
     storage: str
     objectives: list[Objective]
     slos: dict[str, float] = Field(default_factory=dict)
+    slo_text: str = "none"  # the bounds, and what a baseline-relative one came from
     workload: str = ""
     load: str = ""
     trials: list[TrialRow] = Field(default_factory=list)
@@ -339,6 +341,7 @@ def study_view(catalog: Catalog, name: str) -> StudyView:
         storage=redact(store.url),
         objectives=[Objective(metric=m, direction=d, label=metric_label(m)) for m, d in objectives],
         slos=slos,
+        slo_text=describe_slos(attrs),
         workload=compact(attrs.get("workload"), ", "),
         load=compact(attrs.get("load"), ", "),
         trials=[trial_row(t, columns, front) for t in records],

@@ -79,7 +79,7 @@ def _select(id_: str, options: Sequence[tuple[str, str]], chosen: str) -> str:
 def _summary(v: StudyView, frame: Frame) -> str:
     r = v.row
     objectives = ", ".join(f"{o.label} ({o.direction[:3]})" for o in v.objectives)
-    slos = ", ".join(f"{esc(k)} ≤ {v:g}" for k, v in v.slos.items()) or "none"
+    slos = esc(v.slo_text).replace("&lt;=", "≤")
     running = f" {badge(f'{r.running} running', RUNNING)}" if r.running else ""
     best = (
         f"{num(r.best)} ({frame.link(trial_url(r.name, r.best_trial), f'trial {r.best_trial}')})"

@@ -27,7 +27,7 @@ from autotune.study._objectives import (
     constraint_values,
     objective_values,
 )
-from autotune.study._opening import SPEC_ATTR
+from autotune.study._opening import SPEC_ATTR, check_warm_start
 from autotune.study._profile import (
     ProfileError,
     ProfilePlan,
@@ -67,6 +67,7 @@ __all__ = [
     "Verdict",
     "Workplan",
     "build_harness",
+    "check_warm_start",
     "constraint_values",
     "learned_rules",
     "make_judge",

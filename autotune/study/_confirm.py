@@ -30,7 +30,7 @@ from typing import Any
 from autotune import layout
 from autotune.selection import (
     CONFIRM_ATTR,
-    SelectionError,
+    InfeasibleError,
     baseline,
     pareto_front,
     study_objectives,
@@ -41,6 +41,7 @@ from autotune.store import StudyStore, TrialRecord
 from autotune.study._harness import trial_engine_config
 from autotune.study._measure import Measure, Measurement
 from autotune.study._objectives import constraint_values
+from autotune.study._slos import adopt_bounds
 
 CONFIRM_FILE = "confirm.json"
 
@@ -81,7 +82,7 @@ def choose_candidates(
 
     front = sorted(pareto_front(records, objectives), key=rank)
     if not front:
-        raise SelectionError("no measured trial meets every constraint: nothing to confirm")
+        raise InfeasibleError("no measured trial meets every constraint: nothing to confirm")
     on_front = {t.number for t in front}
     rest = sorted((t for t in records if t.feasible and t.number not in on_front), key=rank)
     chosen = [*front, *rest][:top]
@@ -188,6 +189,7 @@ class Confirmer:
         name = self.spec.study
         records = self.store.trials(name)
         attrs = self.store.study_attrs(name)
+        adopt_bounds(self.spec, attrs)  # the bounds the baseline fixed (a standalone confirm)
         objectives = study_objectives(attrs)
         metric, direction = objectives[0]
         chosen = choose_candidates(records, objectives, top)

@@ -16,9 +16,9 @@ from autotune import store as keys
 from autotune.host import describe_host
 from autotune.selection import pareto_front, study_objectives
 from autotune.space import SpaceError
-from autotune.spec import TuneSpec
+from autotune.spec import SpecError, TuneSpec
 from autotune.status import TrialStatus
-from autotune.store import StudyStore, default_storage_url
+from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url
 from autotune.study._errors import StudyError
 from autotune.study._harness import Harness, model_ref
 from autotune.study._search import make_sampler, told_objectives
@@ -37,6 +37,8 @@ def open_study(
     spec = harness.spec
     if store.has(spec.study):
         _check_same_search(spec, store.study_attrs(spec.study))
+    else:
+        check_warm_start(harness, store.settings)  # a bad --warm-start creates nothing
     directions = [o.direction for o in told_objectives(spec)]
     study, created = store.create_or_load(spec.study, directions, make_sampler(spec, harness.space))
     if created:
@@ -69,6 +71,7 @@ def _experiment(harness: Harness) -> dict[str, Any]:
         "workload": spec.workload.model_dump(mode="json"),
         "load": spec.load.model_dump(mode="json"),
         "slos": spec.slos,
+        "relative_slos": spec.relative_slos,
         "max_error_rate": spec.max_error_rate,
         "capacity": spec.capacity.model_dump() if spec.capacity else None,
         "scenario": spec.scenario,
@@ -82,7 +85,11 @@ def baseline_params(harness: Harness) -> dict[str, Any]:
 
 
 def _check_same_experiment(harness: Harness, study: optuna.Study) -> None:
-    stored = study.user_attrs
+    stored = dict(study.user_attrs)
+    relative = harness.spec.relative_slos
+    if isinstance(stored.get("slos"), dict):  # less the bounds its baseline fixed (`_slos`)
+        stored["slos"] = {k: v for k, v in stored["slos"].items() if k not in relative}
+    stored.setdefault("relative_slos", {})  # a study of an older version had none
     for key, value in _jsonable(_experiment(harness)).items():
         if key in stored and stored[key] != value:
             raise StudyError(
@@ -129,14 +136,7 @@ def _warm_start(harness: Harness, store: StudyStore, study: optuna.Study, other:
     """Queue the Pareto configs of study `other` (after the baseline): a new study on the
     same model and hardware starts from what an earlier one found."""
     spec, space = harness.spec, harness.space
-    url = spec.storage or default_storage_url(spec.root, other)
-    source = StudyStore(url, create=False, settings=store.settings)
-    attrs = source.study_attrs(other)
-    if attrs.get("space") != space.name:
-        raise StudyError(
-            f"--warm-start {other}: it searched space {attrs.get('space')!r}, not "
-            f"{space.name!r}; its configs are not points of this space"
-        )
+    source, attrs = _warm_source(harness, store.settings, other)
     if attrs.get("model") != model_ref(spec.model):
         logger.warning("--warm-start %s tuned model %s", other, attrs.get("model"))
     front = pareto_front(source.trials(other), study_objectives(attrs))
@@ -150,6 +150,34 @@ def _warm_start(harness: Harness, store: StudyStore, study: optuna.Study, other:
         study.enqueue_trial(trial.params, user_attrs=origin, skip_if_exists=True)
         queued += 1
     logger.info("--warm-start %s: %d of %d Pareto configs queued", other, queued, len(front))
+
+
+def check_warm_start(harness: Harness, settings: StoreSettings) -> None:
+    """Raise SpecError when the spec's `--warm-start` study is not there or searched another
+    space (run before the tuning store is opened, so that a bad flag creates nothing)."""
+    if harness.spec.warm_start:
+        _warm_source(harness, settings, harness.spec.warm_start)
+
+
+def _warm_source(
+    harness: Harness, settings: StoreSettings, other: str
+) -> tuple[StudyStore, dict[str, Any]]:
+    """The store and attributes of `--warm-start` study `other`. Raises SpecError (bad
+    input: checked before the new study is created) when it is not there or searched another
+    space."""
+    spec = harness.spec
+    url = spec.storage or default_storage_url(spec.root, other)
+    try:
+        source = StudyStore(url, create=False, settings=settings)
+        attrs = source.study_attrs(other)
+    except StorageError as exc:
+        raise SpecError(f"--warm-start {other}: {exc}") from None
+    if attrs.get("space") != harness.space.name:
+        raise SpecError(
+            f"--warm-start {other}: it searched space {attrs.get('space')!r}, not "
+            f"{harness.space.name!r}; its configs are not points of this space"
+        )
+    return source, attrs
 
 
 def retry_failed_baseline(harness: Harness, study: optuna.Study) -> None:

@@ -9,6 +9,7 @@ repair of an OOM queued after it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from pathlib import Path
@@ -21,15 +22,17 @@ from autotune import layout
 from autotune import store as keys
 from autotune.bench import METRIC_NAMES
 from autotune.engine import EngineConfig, to_yaml_dict
+from autotune.selection import BASIS_ATTR, SLOS_ATTR
 from autotune.space import SearchSpace, repair
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
 from autotune.store import StorageError, StudyStore, storage_errors
 from autotune.study._errors import StudyError
 from autotune.study._gate import Verdict
-from autotune.study._measure import Measurement
+from autotune.study._measure import Measurement, load_measurement
 from autotune.study._objectives import constraint_values, objective_values
 from autotune.study._search import told_objectives
+from autotune.study._slos import fix_bounds, pending
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +88,8 @@ class Recorder:
             ) from exc
 
     def tell(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
+        if m.summary is not None and trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
+            m = self._fix_relative_slos(study, trial, m, trial_dir)
         trial.set_user_attr(keys.STATUS, m.status)
         trial.set_user_attr(keys.REASON, m.reason)
         trial.set_user_attr(keys.ENGINE, m.engine)
@@ -105,6 +110,23 @@ class Recorder:
         for name, value in constraints.items():
             trial.set_constraint(name, value)
         study.tell(trial, objective_values(told_objectives(self.spec), m.summary))
+
+    def _fix_relative_slos(
+        self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path
+    ) -> Measurement:
+        """The baseline fixes the study's baseline-relative bounds (see `_slos`); its own
+        summary is then rebuilt with them (goodput counts requests within every bound)."""
+        if not pending(self.spec):
+            return m
+        assert m.summary is not None
+        basis = fix_bounds(self.spec, m.summary, trial.number)
+        study.set_user_attr(BASIS_ATTR, {**(study.user_attrs.get(BASIS_ATTR) or {}), **basis})
+        study.set_user_attr(SLOS_ATTR, dict(self.spec.slos))
+        logger.info("baseline-relative SLOs fixed by trial %d: %s", trial.number, basis)
+        saved = load_measurement(trial_dir, self.spec.slos)
+        if saved is None or saved.summary is None:
+            return m
+        return dataclasses.replace(m, summary=saved.summary)
 
     def interrupted(self, study: optuna.Study, trial: Trial, trial_dir: Path) -> None:
         """Ctrl-C or SIGTERM during the trial: FAILED, its folder kept."""

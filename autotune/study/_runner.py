@@ -28,12 +28,14 @@ from optuna.trial import TrialState
 from autotune import store as keys
 from autotune.status import TrialStatus
 from autotune.store import StudyStore
+from autotune.study._errors import StudyError
 from autotune.study._events import Event
 from autotune.study._gate import SkipRule, Verdict
 from autotune.study._harness import Harness
 from autotune.study._opening import open_study, retry_failed_baseline
 from autotune.study._orphans import settle_orphans
 from autotune.study._record import Recorder
+from autotune.study._slos import adopt_bounds, pending
 from autotune.study._trial import NO_SLOT, Outcome, TrialRunner
 from autotune.study._worker import end_run, new_run
 
@@ -149,6 +151,11 @@ class StudyRunner:
                 retry_failed_baseline(self.harness, study)
             result = StudyResult(name=self.spec.study)
             self._skips_left = SKIP_LIMIT_FACTOR * self.spec.trials
+            try:
+                self._bounds_first(study, trials, result)
+            except KeyboardInterrupt:
+                result.interrupted = True
+                return result
             if self.harness.lanes == 1:
                 try:
                     self._lane(study, trials, result, 0)
@@ -159,6 +166,28 @@ class StudyRunner:
         finally:
             end_run(token)
         return result
+
+    def _bounds_first(self, study: optuna.Study, trials: TrialRunner, result: StudyResult) -> None:
+        """With baseline-relative SLOs, the baseline runs first, alone (here, or on the worker
+        that took it), and fixes the bounds before any other trial is launched (`_slos`)."""
+        while not adopt_bounds(self.spec, study.user_attrs):
+            if len(trials.slots.held()) >= self.spec.trials:
+                return  # the budget is spent: nothing is left to judge
+            states = {
+                t.state
+                for t in study.get_trials(deepcopy=False)
+                if t.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
+            }
+            if TrialState.WAITING in states:
+                result.add(trials.run_one(study, 0))
+            elif TrialState.RUNNING in states:
+                self._stop.wait(self.poll_s)
+                self._settle(study, trials)
+            else:
+                raise StudyError(
+                    "the study has baseline-relative SLOs but no measured baseline to fix them "
+                    f"({', '.join(pending(self.spec))}); run it again to retry the baseline"
+                )
 
     def _settle(self, study: optuna.Study, trials: TrialRunner) -> None:
         settle_orphans(study, self.harness, self.store, trials.slots, self.recorder)

@@ -148,9 +148,12 @@ def test_tune_missing_model_path(cli: Invoke, tmp_path: Path) -> None:
     model = tmp_path / "no-model"
     result = cli("tune", "--study", "s", "--model", model, "--root", tmp_path)
     line = one_error_line(result)
-    assert line.startswith(f"error: model path {model} has no config.json")
+    assert line.startswith(f"error: model path {model} does not exist")
     assert "make-tiny-model" in line
     assert not (tmp_path / "s").exists()
+    model.mkdir()  # a folder of something else: no hint to write a model into it
+    line = one_error_line(cli("tune", "--study", "s", "--model", model, "--root", tmp_path))
+    assert line == f"error: model path {model} has no config.json (not a Hugging Face model)"
 
 
 def test_tune_malformed_space_file(cli: Invoke, tune_argv: TuneArgv, tmp_path: Path) -> None:

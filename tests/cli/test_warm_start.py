@@ -46,3 +46,4 @@ def test_warm_start_from_another_space_is_one_error_line(
     assert result.exit_code != 0  # type: ignore[attr-defined]
     (line,) = result.output.strip().splitlines()[-1:]  # type: ignore[attr-defined]
     assert "--warm-start a: it searched space 'cpu-quick', not 'cpu'" in line
+    assert result.exit_code == 2 and not (tmp_path / "studies" / "b").exists()  # type: ignore[attr-defined]

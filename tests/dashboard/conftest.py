@@ -45,7 +45,8 @@ def studies(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Studi
             "--slo", "p99_ttft_ms=0.01", "--prune",
             "--workload", "random:input=32,output=8,prompts=64,warmup=1", "--rate", "50",
         )  # fmt: skip
-        assert pruned.exit_code == 0, pruned.output
+        assert pruned.exit_code == 3, pruned.output  # nothing meets the SLO: the closest shown
+        assert "Closest: trial" in pruned.output and "--allow-infeasible" in pruned.output
         mp.setenv("FAKE_ENGINE_FAIL", "oom")
         oom = invoke(*tune_args(tiny_model, root, found.oom, "--trials", "2"))
         assert oom.exit_code == 1, oom.output  # the baseline failed: the study stopped

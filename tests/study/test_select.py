@@ -6,7 +6,16 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from autotune.selection import SelectionError, baseline, pareto_front, pick
+from autotune.selection import (
+    InfeasibleError,
+    SelectionError,
+    baseline,
+    closest,
+    miss_text,
+    misses,
+    pareto_front,
+    pick,
+)
 from autotune.store import TrialRecord
 
 Make = Callable[..., TrialRecord]
@@ -109,10 +118,27 @@ def test_pick_number_without_config(trial: Make) -> None:
         pick([trial(0, 100, config={})], OBJECTIVES, number=0)
 
 
-def test_pick_without_feasible_trial(trial: Make) -> None:
+def test_pick_without_a_measured_trial(trial: Make) -> None:
     trials = [trial(0, None, status="oom", constraints={"failed": 1.0})]
-    with pytest.raises(SelectionError, match="no measured trial meets every constraint"):
+    with pytest.raises(SelectionError, match="no trial of this study was measured"):
         pick(trials, OBJECTIVES)
+
+
+def test_pick_without_feasible_trial_names_the_closest(trial: Make) -> None:
+    trials = [
+        trial(0, 900, ttft=3000, constraints={"failed": 0.0, "p99_ttft_ms": 0.5}),
+        trial(1, 1000, ttft=2400, constraints={"failed": 0.0, "p99_ttft_ms": 0.2}),
+        trial(2, 1200, ttft=2200, constraints={"p99_ttft_ms": 0.1, "error_rate": 0.3}),
+    ]
+    with pytest.raises(InfeasibleError, match=r"closest is trial 1 \(p99_ttft_ms 2,400 > 2,000"):
+        pick(trials, OBJECTIVES)
+    assert closest(trials) is trials[1]  # 0.2 in all, against 0.5 and 0.1 + 0.3
+    assert [(m.name, m.over) for m in misses(trials[2])] == [
+        ("error_rate", 0.3),
+        ("p99_ttft_ms", 0.1),
+    ]
+    assert round(misses(trials[2])[1].bound) == 2000
+    assert misses(trials[1]) and miss_text(trials[1]) == "p99_ttft_ms 2,400 > 2,000 (+20%)"
 
 
 def test_pick_unknown_rule(front: list[TrialRecord]) -> None:

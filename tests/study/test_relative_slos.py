@@ -1,0 +1,129 @@
+"""Baseline-relative SLOs (`--slo p99_ttft_ms=baseline*1.2`), with a scripted `measure`: the
+baseline runs first and alone, fixes the bound once, and every later trial, a resumed study and
+the confirm step are judged against that same number."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.devices import DevicePool
+from autotune.engine import EngineConfig
+from autotune.space import SearchSpace
+from autotune.store import StudyStore
+from autotune.study import Harness, Measurement, StudyError, StudyRunner
+from autotune.study._slos import adopt_bounds
+from study.test_lanes import tp_space
+from study.test_runner import FakeMeasure, MakeSpec, launched, records
+
+FACTOR = 1.5
+
+
+def test_the_baseline_fixes_the_bound_and_later_trials_are_judged_by_it(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    # Twice as fast as today: the baseline (the space's largest max_num_seqs, so the slowest
+    # TTFT of the fake measure) misses it, smaller batches meet it.
+    factor = 0.5
+    spec = make_spec(trials=6, relative_slos={"p99_ttft_ms": factor})
+    store = StudyStore(spec.storage_url)
+    StudyRunner(Harness(spec, space, measure), store).run()
+
+    trials = {t.number: t for t in records(spec)}
+    base = trials[0]
+    assert base.role == "baseline"
+    bound = factor * base.metric("p99_ttft_ms")
+    attrs = store.study_attrs(spec.study)
+    assert attrs["slos"] == {"p99_ttft_ms": pytest.approx(bound)}
+    assert attrs["slo_basis"]["p99_ttft_ms"] == {
+        "factor": factor,
+        "baseline": base.metric("p99_ttft_ms"),
+        "trial": 0,
+    }
+    assert base.constraints["p99_ttft_ms"] == pytest.approx(1 / factor - 1)  # 2x over it
+    for t in launched(list(trials.values())):
+        measured = t.metric("p99_ttft_ms")
+        assert t.constraints["p99_ttft_ms"] == pytest.approx(measured / bound - 1), t.number
+    assert {t.feasible for t in trials.values()} == {True, False}  # the bound tells them apart
+
+
+def test_a_resumed_study_and_the_confirm_step_keep_the_first_bound(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    spec = make_spec(trials=2, relative_slos={"p99_ttft_ms": FACTOR})
+    store = StudyStore(spec.storage_url)
+    StudyRunner(Harness(spec, space, measure), store).run()
+    first = store.study_attrs(spec.study)["slos"]["p99_ttft_ms"]
+
+    # The baseline's engine is slower today: a second baseline would fix another bound.
+    resumed = make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR})
+    StudyRunner(Harness(resumed, space, measure), store).run()
+    assert resumed.slos == {"p99_ttft_ms": first}  # adopted from the store, never re-fixed
+    assert store.study_attrs(spec.study)["slos"]["p99_ttft_ms"] == first
+    assert [t.role for t in records(spec)].count("baseline") == 1
+
+    fresh = make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR})  # `autotune confirm`
+    assert adopt_bounds(fresh, store.study_attrs(spec.study))
+    assert fresh.slos == {"p99_ttft_ms": first}
+
+
+def test_a_changed_factor_is_another_experiment(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    spec = make_spec(trials=1, relative_slos={"p99_ttft_ms": FACTOR})
+    store = StudyStore(spec.storage_url)
+    StudyRunner(Harness(spec, space, measure), store).run()
+    other = make_spec(trials=2, relative_slos={"p99_ttft_ms": 1.2})
+    with pytest.raises(StudyError, match="relative_slos"):
+        StudyRunner(Harness(other, space, measure), store).run()
+    absolute = make_spec(trials=2, slos={"p99_ttft_ms": 500.0})
+    with pytest.raises(StudyError, match="slos"):
+        StudyRunner(Harness(absolute, space, measure), store).run()
+
+
+def test_side_by_side_lanes_wait_for_the_baseline(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    """With two lanes, no other trial starts before the baseline has fixed the bound."""
+    spans: list[tuple[str, float, float]] = []
+    lock = threading.Lock()
+
+    def timed(config: EngineConfig, trial_dir: Path) -> Measurement:
+        start = time.monotonic()
+        time.sleep(0.2)
+        result = measure(config, trial_dir)
+        with lock:
+            spans.append((trial_dir.name, start, time.monotonic()))
+        return result
+
+    space = tp_space(tmp_path)
+    spec = make_spec(
+        trials=5, space=str(tmp_path / "tp.yaml"), relative_slos={"p99_ttft_ms": FACTOR}
+    )
+    pool = DevicePool([0, 1, 2, 3], platform="cuda")
+    store = StudyStore(spec.storage_url)
+    StudyRunner(Harness(spec, space, timed, pool=pool, lanes=2), store).run()
+    by_name = {name: (start, end) for name, start, end in spans}
+    base_end = by_name.pop("trial-0000")[1]
+    assert len(by_name) == 4 and all(start >= base_end for start, _ in by_name.values())
+    assert all("p99_ttft_ms" in t.constraints for t in launched(records(spec)))
+
+
+def test_a_baseline_that_measures_nothing_stops_the_study(
+    make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
+) -> None:
+    def no_ttft(k: int, config: EngineConfig) -> Measurement:
+        m = measure.ok(config)
+        assert m.summary is not None
+        ttft = m.summary.ttft_ms.model_copy(update={"p99": float("nan")})
+        m.summary = m.summary.model_copy(update={"ttft_ms": ttft})
+        return m
+
+    measure.script = no_ttft
+    spec = make_spec(trials=3, relative_slos={"p99_ttft_ms": FACTOR})
+    with pytest.raises(StudyError, match="measured no p99_ttft_ms"):
+        StudyRunner(Harness(spec, space, measure), StudyStore(spec.storage_url)).run()
+    assert len(measure.calls) == 1  # nothing ran after it
