@@ -16,7 +16,13 @@ from autotune.bench import WorkloadError
 from autotune.selection import InfeasibleError, SelectionError
 from autotune.space import SpaceError
 from autotune.spec import SpecError
-from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url
+from autotune.store import (
+    NoStudiesError,
+    StorageError,
+    StoreSettings,
+    StudyStore,
+    default_storage_url,
+)
 from autotune.study import StudyError
 
 
@@ -100,7 +106,11 @@ def storage_url(study: str, storage: str | None, root: Path) -> str:
 
 def open_store(study: str, storage: str | None, root: Path) -> StudyStore:
     """The store of an existing study, for commands that read it (or join it)."""
-    return StudyStore(storage_url(study, storage, root), create=False, settings=store_settings())
+    url = storage_url(study, storage, root)
+    try:
+        return StudyStore(url, create=False, settings=store_settings())
+    except NoStudiesError as exc:
+        raise NoStudiesError(f"no study named {study!r}: {exc}") from None
 
 
 def open_tuning_store(url: str) -> StudyStore:

@@ -27,6 +27,7 @@ from autotune.store._records import (
 )
 from autotune.store._slots import TrialSlots
 from autotune.store._storage import (
+    NoStudiesError,
     StorageError,
     StoreSettings,
     StudyStore,
@@ -56,6 +57,7 @@ __all__ = [
     "TRIAL_DIR",
     "WARM_FROM",
     "WORKER",
+    "NoStudiesError",
     "StorageError",
     "StoreSettings",
     "StudyInfo",

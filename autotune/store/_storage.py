@@ -47,6 +47,10 @@ class StorageError(Exception):
     """The store cannot be opened or read; the message is one line for the user."""
 
 
+class NoStudiesError(StorageError):
+    """The store is reachable but holds no study at all."""
+
+
 @contextmanager
 def storage_errors(url: str) -> Iterator[None]:
     """Turn database errors into one StorageError (what, where) at one place."""
@@ -141,7 +145,7 @@ def _check_has_studies(url: str) -> None:
         finally:
             engine.dispose()
     if not found:
-        raise StorageError(
+        raise NoStudiesError(
             f"storage {redact(url)}: no study tables there (no study was made in it)"
         )
 

@@ -175,9 +175,11 @@ class GroupWatch:
             for proc in group_members(self.pgid):
                 self.seen.setdefault(proc.pid, proc)
                 try:  # read again each time: a process just forked has its parent's
-                    self.cmdlines[proc.pid] = " ".join(proc.cmdline())
+                    cmdline = " ".join(proc.cmdline())
                 except psutil.Error:
                     continue
+                if cmdline:  # a process that is exiting reads empty: keep what it ran
+                    self.cmdlines[proc.pid] = cmdline
 
     def grandchildren(self) -> list[int]:
         """The pids seen of the engine's own children (the leader's grandchildren)."""
