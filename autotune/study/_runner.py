@@ -169,7 +169,9 @@ class StudyRunner:
 
     def _bounds_first(self, study: optuna.Study, trials: TrialRunner, result: StudyResult) -> None:
         """With baseline-relative SLOs, the baseline runs first, alone (here, or on the worker
-        that took it), and fixes the bounds before any other trial is launched (`_slos`)."""
+        that took it), and fixes the bounds before any other trial is launched (`_slos`).
+        (Optuna pops the oldest queued trial: a baseline queued again after a failure, behind
+        queued warm starts, lets those run first, judged without the pending bounds.)"""
         while not adopt_bounds(self.spec, study.user_attrs):
             if len(trials.slots.held()) >= self.spec.trials:
                 return  # the budget is spent: nothing is left to judge
