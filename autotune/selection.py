@@ -185,6 +185,7 @@ def closest(trials: Sequence[TrialRecord]) -> TrialRecord | None:
 
 def miss_text(trial: TrialRecord) -> str:
     """`p99_ttft_ms 5,012 > 2,000 (+151%), ...`: the trial's misses on one line."""
-    parts = [f"{m.name} {readable(m.measured)} > {readable(m.bound)}" for m in misses(trial)]
-    overs = [f"{m.over:+.0%}" for m in misses(trial)]
-    return ", ".join(f"{part} ({over})" for part, over in zip(parts, overs, strict=True))
+    return ", ".join(
+        f"{m.name} {readable(m.measured)} > {readable(m.bound)} ({m.over:+.0%})"
+        for m in misses(trial)
+    )

@@ -335,7 +335,7 @@ def print_infeasible(
         f"[yellow]no measured config meets every constraint.[/] Closest: trial {near.number}"
         f" ({near.description or 'baseline'}), which misses {miss_text(near)}."
     )
-    worst = misses(near)[0] if misses(near) else None
+    worst = next(iter(misses(near)), None)
     tips = []
     if worst is not None and worst.name != "error_rate":
         tips.append(

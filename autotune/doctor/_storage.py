@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from contextlib import closing
 from pathlib import Path
 
 import sqlalchemy
 from sqlalchemy.pool import NullPool
 
 from autotune.doctor._records import Check
-from autotune.store import StorageError, default_storage_url, redact, storage_errors
+from autotune.store import (
+    OPTUNA_TABLES,
+    StorageError,
+    default_storage_url,
+    redact,
+    sqlite_tables,
+    storage_errors,
+)
 
 CONNECT_TIMEOUT_S = 3
-OPTUNA_TABLES = frozenset({"studies", "version_info"})
 _NEW_FILE = "pass a new file (--storage sqlite:///DIR/study.db) or an Optuna storage"
 
 
@@ -55,11 +60,9 @@ def _sqlite(url: str, path: Path) -> Check:
     if not path.exists():
         return Check("storage", "ok", f"{url}: a new file, its folder writable")
     try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
-            rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        tables = sqlite_tables(path)
     except sqlite3.Error as err:
         return Check("storage", "fail", f"{url}: not an SQLite database ({err})", _NEW_FILE)
-    tables = {str(row[0]) for row in rows}
     if tables and not OPTUNA_TABLES.issubset(tables):
         listed = ", ".join(sorted(tables)[:5])
         return Check("storage", "fail", f"{url}: not an Optuna storage ({listed})", _NEW_FILE)

@@ -27,12 +27,14 @@ from autotune.store._records import (
 )
 from autotune.store._slots import TrialSlots
 from autotune.store._storage import (
+    OPTUNA_TABLES,
     NoStudiesError,
     StorageError,
     StoreSettings,
     StudyStore,
     default_storage_url,
     redact,
+    sqlite_tables,
     storage_errors,
 )
 
@@ -44,6 +46,7 @@ __all__ = [
     "ENV",
     "LOG_TAIL",
     "METRICS",
+    "OPTUNA_TABLES",
     "REASON",
     "REPAIR_OF",
     "REQUEUED",
@@ -66,6 +69,7 @@ __all__ = [
     "TrialSlots",
     "default_storage_url",
     "redact",
+    "sqlite_tables",
     "storage_errors",
     "study_records",
 ]

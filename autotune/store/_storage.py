@@ -118,14 +118,20 @@ def redact(url: str) -> str:
 OPTUNA_TABLES = frozenset({"studies", "version_info"})
 
 
+def sqlite_tables(path: Path, timeout_s: float = 5.0) -> set[str]:
+    """The tables of SQLite file `path`, read read-only (the file is not changed; no journal
+    is made). Raises sqlite3.Error when it is not a SQLite database."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    query = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    with closing(sqlite3.connect(uri, uri=True, timeout=timeout_s)) as conn:
+        return {str(row[0]) for row in conn.execute(query)}
+
+
 def _check_sqlite(url: str, path: Path, create: bool, timeout_s: float) -> None:
     """Refuse a SQLite file that is not a study database (read-only: it is not changed). An
     empty file may become one when `create`."""
-    uri = f"{path.resolve().as_uri()}?mode=ro"
-    query = "SELECT name FROM sqlite_master WHERE type = 'table'"
     try:
-        with closing(sqlite3.connect(uri, uri=True, timeout=timeout_s)) as conn:
-            tables = {str(row[0]) for row in conn.execute(query)}
+        tables = sqlite_tables(path, timeout_s)
     except sqlite3.Error as exc:
         raise StorageError(f"storage {redact(url)}: {exc}") from exc
     if tables >= OPTUNA_TABLES or (create and not tables):
