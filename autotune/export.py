@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from autotune.drift import compared
 from autotune.engine import env_file_text
 from autotune.host import hardware_line, serve_command
 from autotune.numbers import readable
@@ -55,7 +56,10 @@ def choose_export(
     """The trial `export` writes and how it was chosen: trial `number`, else the pick `rule`,
     else the confirmed winner when the study has one, else max-throughput. Raises
     SelectionError when nothing fits, InfeasibleError when nothing is feasible (unless
-    `allow_infeasible`: then the measured trial closest to the constraints)."""
+    `allow_infeasible`: then the measured trial closest to the constraints). Picks compare
+    configs as `autotune.drift.compared` does: as at the study's start, runs merged."""
+    if number is None:
+        records = compared(records)
     if allow_infeasible and number is None:
         objectives = study_objectives(attrs)
         near = closest(records)
@@ -86,6 +90,7 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
         f", TPOT p50/p99 {m('p50_tpot_ms'):.2f}/{m('p99_tpot_ms'):.2f} ms"
         if trial.measured
         else f"not measured: {trial.status} {trial.reason}".rstrip(),
+        _runs_line(trial),
         _confirmed_line(trial, attrs),
         f"INFEASIBLE: it misses {miss_text(trial)}" if trial.measured and misses(trial) else "",
         f"workload: {compact(attrs.get('workload'))}; load: {compact(attrs.get('load'))}",
@@ -93,6 +98,15 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
         f"vLLM: {vllm or 'unknown'}; host: {hardware_line(host)}",
     ]
     return [line for line in lines if line]
+
+
+def _runs_line(trial: TrialRecord) -> str:
+    """How the measured values were corrected for the host's drift, where they were."""
+    if trial.runs <= 1 and trial.speed is None:
+        return ""
+    runs = f"the mean of {trial.runs} runs of this config, " if trial.runs > 1 else ""
+    speed = f" (host speed then x{trial.speed:.2f})" if trial.speed is not None else ""
+    return f"values: {runs}as at the study's start{speed}; see docs/metrics.md#drift"
 
 
 def _confirmed_line(trial: TrialRecord, attrs: dict[str, Any]) -> str:

@@ -159,6 +159,11 @@ class TuneSpec(BaseModel):
         default="auto",
         description="auto: the search's default (gp for goal, tpe for pareto)",
     )
+    remeasure: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Run the incumbent config again, so that a host whose speed drifts and a "
+        "lucky run do not pick the winner (autotune.drift); auto: on for a goal search",
+    )
     seed: int = 0
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")
     root: Path = Field(default=Path("studies"), description="Folder for studies")

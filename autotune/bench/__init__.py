@@ -7,6 +7,7 @@ from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
 from autotune.bench._load import LoadProfile
 from autotune.bench._metrics import (
     METRIC_NAMES,
+    THROUGHPUTS,
     Stats,
     Summary,
     median_summary,
@@ -27,6 +28,7 @@ from autotune.bench._workload import (
 
 __all__ = [
     "METRIC_NAMES",
+    "THROUGHPUTS",
     "Abort",
     "AbortKind",
     "BenchmarkAborted",

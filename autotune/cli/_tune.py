@@ -134,6 +134,14 @@ def tune(
             help="auto | guided | tpe | gp | random | nsga2", show_default=_spec("sampler")
         ),
     ] = None,
+    remeasure: Annotated[
+        str | None,
+        typer.Option(
+            help="auto | on | off: run the incumbent config again, so that a drifting host "
+            "or a lucky run does not pick the winner (auto: on for a goal search)",
+            show_default=_spec("remeasure"),
+        ),
+    ] = None,
     seed: Annotated[
         int | None, typer.Option(help="Sampler and workload seed", show_default=_spec("seed"))
     ] = None,
@@ -235,7 +243,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     }
     for key in (
         *("search", "sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
-        *("repeats", "prune", "confirm", "confirm_rounds", "scenario"),
+        *("repeats", "prune", "confirm", "confirm_rounds", "scenario", "remeasure"),
     ):
         if flags[key] is not None:
             out[key] = flags[key]

@@ -33,10 +33,13 @@ REQUEUED = "requeued"  # set on a trial queued again after an interruption
 WORKER = "worker"  # who runs the trial: host, pid, devices (see autotune.study._worker)
 SLOT = "slot"  # its place in the trial budget (1..trials)
 SPREAD = "spread"  # metric -> half the range over the trial's repeated runs
+MEASURED_AT = "measured_at"  # when its benchmark ended (epoch seconds): the drift's clock
+REMEASURE_OF = "remeasure_of"  # the trial whose config a re-measure trial runs again
 
 ROLE_BASELINE = "baseline"
 ROLE_REPAIR = "repair"
 ROLE_WARM_START = "warm_start"  # a Pareto config of another study, run first
+ROLE_REMEASURE = "remeasure"  # a measured config run again (autotune.study._remeasure)
 WARM_FROM = "warm_from"  # "STUDY#N": where a warm-start trial's config comes from
 
 
@@ -63,6 +66,10 @@ class TrialRecord(BaseModel):
     slot: int | None = None
     worker: dict[str, Any] = Field(default_factory=dict)
     spread: dict[str, float] = Field(default_factory=dict)
+    measured_at: float | None = None
+    remeasure_of: int | None = None
+    runs: int = 1  # measured runs of its config merged into this record (autotune.drift)
+    speed: float | None = None  # the host's speed at its run(s), relative to the study's start
 
     def conservative(self, name: str, direction: str) -> float:
         """The metric made worse by its spread over repeated runs (`median - spread` for a
@@ -107,6 +114,8 @@ class TrialRecord(BaseModel):
             slot=attrs.get(SLOT),
             worker=attrs.get(WORKER) or {},
             spread=attrs.get(SPREAD) or {},
+            measured_at=attrs.get(MEASURED_AT),
+            remeasure_of=attrs.get(REMEASURE_OF),
         )
 
 

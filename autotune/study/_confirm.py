@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune import layout
+from autotune.drift import compared
 from autotune.selection import (
     CONFIRM_ATTR,
     InfeasibleError,
@@ -73,7 +74,9 @@ def choose_candidates(
 ) -> list[TrialRecord]:
     """The `top` best front trials by conservative primary value (then, where the front is
     smaller, the next best feasible trials: a one-objective front has one point), and the
-    baseline if it was measured."""
+    baseline if it was measured. Trials are compared as `autotune.drift.compared` sees them:
+    as at the study's start, the runs of one config merged."""
+    records = compared(records)
     metric, direction = objectives[0]
     sign = 1.0 if direction == "maximize" else -1.0
 

@@ -79,6 +79,7 @@ class Measurement:
     log_tail: str = ""
     teardown_error: str | None = None
     spread: dict[str, float] = field(default_factory=dict)  # half-range over repeated runs
+    at_s: float | None = None  # when the benchmark ended (epoch s; None: when it is recorded)
 
     @property
     def ok(self) -> bool:

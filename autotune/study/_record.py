@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,7 @@ class Recorder:
         trial.set_user_attr(keys.TRIAL_DIR, str(trial_dir))
         if m.summary is not None:
             trial.set_user_attr(keys.METRICS, flat_metrics(m))
+            trial.set_user_attr(keys.MEASURED_AT, m.at_s if m.at_s is not None else time.time())
         if m.spread:
             trial.set_user_attr(keys.SPREAD, m.spread)
         if m.log_tail:

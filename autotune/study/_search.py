@@ -21,6 +21,7 @@ import optuna
 from autotune.space import SearchSpace, memory_order
 from autotune.spec import Objective, TuneSpec
 from autotune.study._guided import GuidedSampler
+from autotune.study._remeasure import DriftAwareSampler, remeasure_on
 
 THROUGHPUT_METRICS = frozenset(
     {"output_throughput", "total_throughput", "request_throughput", "goodput", "capacity_rps"}
@@ -59,7 +60,13 @@ def make_sampler(
 ) -> optuna.samplers.BaseSampler:
     """The spec's sampler, seeded with `spec.seed + offset` (a resumed study passes the number
     of trials it has, so that it does not propose its first configs again)."""
-    seed = spec.seed + offset
+    sampler = _base_sampler(spec, space, spec.seed + offset)
+    if remeasure_on(spec):  # told the values as at the study's start (see `_remeasure`)
+        return DriftAwareSampler(sampler, [o.metric for o in told_objectives(spec)])
+    return sampler
+
+
+def _base_sampler(spec: TuneSpec, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
     name = sampler_name(spec)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)

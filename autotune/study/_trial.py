@@ -34,6 +34,7 @@ from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._measure import Measurement
 from autotune.study._prune import FrontPoint, Judge, PruneRule, make_judge
 from autotune.study._record import Recorder
+from autotune.study._remeasure import queue_remeasure, remeasure_on
 from autotune.study._worker import worker_attr
 
 NO_SLOT = "no slot"  # a proposal that found every slot of the budget taken
@@ -151,10 +152,13 @@ class TrialRunner:
             )
         if m.status == TrialStatus.OOM and self.spec.repair and self.recorder.learn_failures:
             self.recorder.queue_repair(study, trial, self.harness.space)
+        elif remeasure_on(self.spec):
+            queue_remeasure(study, self.spec)
 
     def _gate_verdict(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> Verdict:
         """The gate's verdict on the proposal; one that keeps it from launching is recorded."""
         baseline = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
+        again = trial.user_attrs.get(keys.ROLE) == keys.ROLE_REMEASURE  # its twin on purpose
         # One read of the study per proposal: the twins, the OOMs and the learned rules.
         trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
         finished = [t for t in trials if t.state == TrialState.COMPLETE]
@@ -162,7 +166,8 @@ class TrialRunner:
             dict(trial.params),
             config,
             baseline=baseline,
-            twin=None if baseline else _measured_twin(trials, trial),  # a failed baseline reruns
+            # A failed baseline reruns; a re-measure runs a measured config again on purpose.
+            twin=None if baseline or again else _measured_twin(trials, trial),
             ooms=_known_ooms(finished),
             rules=self._rules(finished, baseline),
         )

@@ -100,7 +100,8 @@ class SimMeasure:
         device_s = STARTUP_S + result.duration_s / f
         self.clock_s += device_s
         summary = measured_summary(self.truth.landscape, result, f)
-        return Measurement(TrialStatus.OK, summary=summary, device_s=device_s)
+        # The drift's clock is the device time spent (the recorder stores it as measured_at).
+        return Measurement(TrialStatus.OK, summary=summary, device_s=device_s, at_s=self.clock_s)
 
 
 def _stats(p50: float, p99: float) -> Stats:
@@ -144,11 +145,13 @@ class Method:
 
 
 METHODS = {
-    "guided": Method("guided", {"search": "goal", "sampler": "guided"}),
-    "tpe": Method("tpe", {"search": "goal", "sampler": "tpe"}),
     "gp": Method("gp", {"search": "goal", "sampler": "gp"}),
+    "gp-once": Method("gp-once", {"search": "goal", "sampler": "gp", "remeasure": "off"}),
+    "tpe": Method("tpe", {"search": "goal", "sampler": "tpe"}),
+    "tpe-once": Method("tpe-once", {"search": "goal", "sampler": "tpe", "remeasure": "off"}),
+    "guided": Method("guided", {"search": "goal", "sampler": "guided"}),
     "tpe-pareto": Method("tpe-pareto", {"search": "pareto", "sampler": "tpe"}),
-    "random": Method("random", {"search": "goal", "sampler": "random"}),
+    "random": Method("random", {"search": "goal", "sampler": "random", "remeasure": "off"}),
 }
 
 

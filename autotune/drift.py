@@ -1,0 +1,163 @@
+"""A host whose speed drifts during a study: what re-measured configs say about it, and trials
+compared as if all had run at the study's start.
+
+A shared host's speed drifts (this project's 2-core host: up to 26% over half an hour), so a
+config measured late looks worse than one of the same truth measured early, and a study's
+best measured trial stops being its best config. A config measured more than once (the
+search re-measures its incumbent, see autotune.study._remeasure) tells the drift apart from
+the configs: in log space every run is its config's level plus the host's drift at its time,
+
+    log(output_throughput_i) = level[config_i] + g(t_i) + noise,   g = a1*s + a2*s^2,
+
+with s the run's time scaled to [0, 1] over the study. `fit_drift` solves that by least
+squares (a small ridge on the drift terms; one term with up to two repeats, two from three);
+`compared` scales every measured trial to the host's speed at the study's start (rates / speed,
+latencies * speed, SLO constraints with them) and merges the runs of one config into one
+record (mean metrics): what selection and the sampler compare. Without a repeat there is no
+drift estimate and the values are the measured ones. Pure functions over stored trials.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.bench import THROUGHPUTS
+from autotune.store import TrialRecord
+
+RATES = frozenset({*THROUGHPUTS, "capacity_rps"})  # a slower host delivers less of these
+RIDGE = 0.01  # on the drift terms (s in [0, 1]): small, it only keeps few repeats stable
+MAX_SPEED_RATIO = 2.0  # a fitted drift is clipped to within 2x either way
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The host's speed over a study, relative to its start (`speed(t0) == 1`)."""
+
+    t0: float
+    span_s: float
+    terms: tuple[float, ...]  # a1, a2: coefficients of s and s^2
+    repeats: int  # runs beyond the first of their config: what the fit rests on
+
+    def speed(self, t: float) -> float:
+        s = (t - self.t0) / self.span_s
+        g = sum(a * s ** (k + 1) for k, a in enumerate(self.terms))
+        limit = math.log(MAX_SPEED_RATIO)
+        return math.exp(min(limit, max(-limit, g)))
+
+    def extremes(self, t1: float) -> tuple[float, float]:
+        """The lowest and highest speed between the start and `t1`."""
+        speeds = [self.speed(self.t0 + (t1 - self.t0) * k / 50) for k in range(51)]
+        return min(speeds), max(speeds)
+
+
+def config_key(trial: TrialRecord) -> str:
+    """One config's runs share this key: its tuned parameter values."""
+    return json.dumps(trial.params, sort_keys=True, default=str)
+
+
+def _runs(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """Measured trials with a time and a throughput: what the drift is fitted on."""
+    out = []
+    for t in trials:
+        value = t.metric("output_throughput")
+        if t.measured and t.measured_at is not None and math.isfinite(value) and value > 0:
+            out.append(t)
+    return out
+
+
+def fit_drift(trials: Sequence[TrialRecord]) -> Drift | None:
+    """The drift the study's repeated configs show; None without a repeat."""
+    runs = _runs(trials)
+    keys = sorted({config_key(t) for t in runs})
+    repeats = len(runs) - len(keys)
+    if repeats < 1:
+        return None
+    times = [float(t.measured_at) for t in runs]  # type: ignore[arg-type]
+    t0, span = min(times), max(times) - min(times)
+    if span <= 0:
+        return None
+    n_terms = 1 if repeats <= 2 else 2
+    column = {k: i for i, k in enumerate(keys)}
+    x = np.zeros((len(runs) + n_terms, len(keys) + n_terms))
+    y = np.zeros(len(runs) + n_terms)
+    for row, (t, when) in enumerate(zip(runs, times, strict=True)):
+        s = (when - t0) / span
+        x[row, column[config_key(t)]] = 1.0
+        for k in range(n_terms):
+            x[row, len(keys) + k] = s ** (k + 1)
+        y[row] = math.log(t.metric("output_throughput"))
+    for k in range(n_terms):  # the ridge rows: each drift term pulled towards 0
+        x[len(runs) + k, len(keys) + k] = math.sqrt(RIDGE)
+    solution, *_ = np.linalg.lstsq(x, y, rcond=None)
+    terms = tuple(float(a) for a in solution[len(keys) :])
+    return Drift(t0, span, terms, repeats)
+
+
+def scaled(name: str, value: float, speed: float) -> float:
+    """`value` of metric `name` as at speed 1, measured at `speed`."""
+    if name in RATES:
+        return value / speed
+    if name.endswith("_ms"):
+        return value * speed
+    return value
+
+
+def at_start(trial: TrialRecord, drift: Drift | None) -> TrialRecord:
+    """The trial's metrics and SLO constraints as at the study's start."""
+    if drift is None or not trial.measured or trial.measured_at is None:
+        return trial
+    speed = drift.speed(trial.measured_at)
+    metrics = {k: scaled(k, v, speed) for k, v in trial.metrics.items()}
+    # An SLO's constraint is measured / bound - 1 (autotune.study._objectives).
+    constraints = {
+        k: (1.0 + c) * speed - 1.0 if k.endswith("_ms") else c for k, c in trial.constraints.items()
+    }
+    update = {"metrics": metrics, "constraints": constraints, "speed": speed}
+    return trial.model_copy(update=update)
+
+
+def compared(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """Every trial as selection compares it: measured ones as at the study's start, the runs
+    of one config merged into the first one's record (mean metrics and constraints; `runs`
+    counts them), the others as they are. In the order of `trials`."""
+    drift = fit_drift(trials)
+    groups: dict[str, list[TrialRecord]] = {}
+    for t in trials:
+        if t.measured:
+            groups.setdefault(config_key(t), []).append(at_start(t, drift))
+    out = []
+    for t in trials:
+        if not t.measured:
+            out.append(t)
+            continue
+        group = groups[config_key(t)]
+        if group[0].number == t.number:
+            out.append(_merged(group))
+    return out
+
+
+def _merged(group: list[TrialRecord]) -> TrialRecord:
+    first = group[0]
+    if len(group) == 1:
+        return first
+    names = set().union(*(t.metrics for t in group))
+    metrics = {name: _mean([t.metric(name) for t in group]) for name in names}
+    constraints = {
+        name: _mean([t.constraints.get(name, math.nan) for t in group])
+        for name in first.constraints
+    }
+    speeds = [t.speed for t in group if t.speed is not None]
+    speed = statistics.fmean(speeds) if speeds else None
+    update = {"metrics": metrics, "constraints": constraints, "runs": len(group), "speed": speed}
+    return first.model_copy(update=update)
+
+
+def _mean(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.fmean(finite) if finite else math.nan

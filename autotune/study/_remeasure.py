@@ -1,0 +1,176 @@
+"""When the search runs its incumbent again, and the sampler that sees the drift corrected.
+
+One measurement of a config is one draw of a noisy host: a run-to-run spread of a few percent,
+and a speed that drifts over the study (26% over half an hour on this project's 2-core host).
+A config measured late looks worse than one of the same truth measured early; a lucky run
+looks better than it is. So, with `remeasure` on (auto: a goal search), after each launched
+trial the study may queue its incumbent (the best feasible config by the first objective, as
+`autotune.drift.compared` sees it) to run again, as a trial of role `remeasure`:
+
+- when the incumbent was measured only once (a new best is confirmed or debunked at once), or
+- when `EVERY` launches have passed since its config last ran (the drift is tracked);
+- never before `STARTUP` launched trials (the baseline and the sampler's random start), never
+  more than `SHARE` of the budget, never while another queued trial waits.
+
+Its runs then tell the host's drift apart from the configs (`autotune.drift.fit_drift`);
+selection compares every config as at the study's start, its runs merged, and the sampler
+(`DriftAwareSampler`) is told the same corrected values. benchmarks/sim measures what this
+buys (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Container, Sequence
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import store as keys
+from autotune.drift import Drift, compared, config_key, fit_drift, scaled
+from autotune.spec import TuneSpec
+from autotune.store import TrialRecord
+
+EVERY = 4  # launches since the incumbent's config last ran before it runs again
+STARTUP = 5  # launched trials before the first re-measure
+SHARE = 0.25  # of the budget, at most, goes to re-measures
+
+
+def remeasure_on(spec: TuneSpec) -> bool:
+    """Whether the study re-measures its incumbent (auto: a goal search at a fixed load)."""
+    if spec.remeasure != "auto":
+        return spec.remeasure == "on"
+    return spec.search == "goal" and spec.capacity is None
+
+
+def target(
+    records: Sequence[TrialRecord], objective: tuple[str, str], budget: int
+) -> TrialRecord | None:
+    """The config to run again now, if any (its first trial's record)."""
+    launched = sorted((t for t in records if t.device_s is not None), key=lambda t: t.number)
+    if len(launched) < STARTUP or len(launched) >= budget:
+        return None
+    done = sum(1 for t in launched if t.role == keys.ROLE_REMEASURE)
+    if done >= max(1, int(budget * SHARE)):
+        return None
+    feasible = [t for t in compared(records) if t.feasible]
+    if not feasible:
+        return None
+    metric, direction = objective
+    sign = 1.0 if direction == "maximize" else -1.0
+    best = max(feasible, key=lambda t: (sign * t.metric(metric), -t.number))
+    if best.runs == 1:
+        return best
+    key = config_key(best)
+    last = max(t.number for t in launched if config_key(t) == key)
+    since = sum(1 for t in launched if t.number > last)
+    return best if since >= EVERY else None
+
+
+def queue_remeasure(study: Study, spec: TuneSpec) -> int | None:
+    """Queue the incumbent's config to run again where `target` says so; its trial number."""
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == TrialState.WAITING for t in trials):
+        return None
+    records = [TrialRecord.from_frozen(t) for t in trials]
+    first = spec.objectives[0]
+    chosen = target(records, (first.metric, first.direction), spec.trials)
+    if chosen is None:
+        return None
+    attrs = {keys.ROLE: keys.ROLE_REMEASURE, keys.REMEASURE_OF: chosen.number}
+    study.enqueue_trial(chosen.params, user_attrs=attrs)
+    return chosen.number
+
+
+class DriftAwareSampler(optuna.samplers.BaseSampler):
+    """`base`, told every measured trial's objective values as at the study's start (the
+    drift its re-measured configs show); without a drift estimate, the stored values."""
+
+    def __init__(self, base: optuna.samplers.BaseSampler, objectives: Sequence[str]) -> None:
+        self.base = base
+        self.objectives = list(objectives)
+
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return self.base.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return self.base.sample_relative(_view(study, self.objectives), trial, search_space)
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        view = _view(study, self.objectives)
+        return self.base.sample_independent(view, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
+
+
+def _view(study: Study, objectives: Sequence[str]) -> Study:
+    trials = study.get_trials(deepcopy=False)
+    drift = fit_drift([TrialRecord.from_frozen(t) for t in trials])
+    if drift is None:
+        return study
+    return _StudyView(study, [_corrected(t, drift, objectives) for t in trials])  # type: ignore[return-value]
+
+
+def _corrected(trial: FrozenTrial, drift: Drift, objectives: Sequence[str]) -> FrozenTrial:
+    at = trial.user_attrs.get(keys.MEASURED_AT)
+    if trial.values is None or at is None or trial.user_attrs.get(keys.METRICS) is None:
+        return trial
+    speed = drift.speed(float(at))
+    out = copy.copy(trial)
+    out._values = [scaled(m, v, speed) for m, v in zip(objectives, trial.values, strict=False)]
+    return out
+
+
+class _StudyView:
+    """A study whose trials read back corrected; everything else is the study's own."""
+
+    def __init__(self, study: Study, trials: list[FrozenTrial]) -> None:
+        self._study = study
+        self._trials = trials
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(
+        self,
+        deepcopy: bool = True,
+        states: Container[TrialState] | None = None,
+        use_cache: bool = False,
+    ) -> list[FrozenTrial]:
+        trials = [t for t in self._trials if states is None or t.state in states]
+        return copy.deepcopy(trials) if deepcopy else trials
+
+    def get_trials(
+        self, deepcopy: bool = True, states: Container[TrialState] | None = None
+    ) -> list[FrozenTrial]:
+        return self._get_trials(deepcopy, states)
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        return self._get_trials()

@@ -1,0 +1,126 @@
+"""autotune.drift: a drifting host told apart from the configs by re-measured ones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune import store as keys
+from autotune.drift import compared, fit_drift
+from autotune.export import choose_export
+from autotune.store import TrialRecord
+from autotune.study._remeasure import EVERY, STARTUP, target
+
+
+def run(number: int, seqs: int, throughput: float, at: float, **kw: object) -> TrialRecord:
+    """A measured trial of config `max_num_seqs=seqs` whose benchmark ended at `at`."""
+    metrics = {"output_throughput": throughput, "p99_tpot_ms": 1000.0 / throughput}
+    return TrialRecord(
+        number=number,
+        state="complete",
+        status="ok",
+        params={"max_num_seqs": seqs},
+        config={"max_num_seqs": seqs},
+        metrics=metrics,
+        measured_at=at,
+        device_s=100.0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def slowing(t: float) -> float:
+    """A host that loses 30% of its speed over 1,000 s, linearly."""
+    return 1.0 - 0.3 * t / 1000.0
+
+
+def test_no_repeat_no_drift_and_the_values_stay_measured() -> None:
+    trials = [run(0, 8, 100.0, 0.0), run(1, 16, 90.0, 500.0)]
+    assert fit_drift(trials) is None
+    assert [t.metrics for t in compared(trials)] == [t.metrics for t in trials]
+
+
+def test_a_repeated_config_recovers_the_drift() -> None:
+    truths = {8: 100.0, 16: 120.0, 32: 110.0}
+    trials = [
+        run(0, 8, truths[8] * slowing(0.0), 0.0),
+        run(1, 16, truths[16] * slowing(300.0), 300.0),
+        run(2, 32, truths[32] * slowing(600.0), 600.0),
+        run(3, 8, truths[8] * slowing(1000.0), 1000.0, role=keys.ROLE_REMEASURE),
+    ]
+    drift = fit_drift(trials)
+    assert drift is not None and drift.repeats == 1
+    assert drift.speed(1000.0) == pytest.approx(0.7, abs=0.02)
+    assert drift.speed(0.0) == 1.0
+    seen = {t.params["max_num_seqs"]: t for t in compared(trials)}
+    assert set(seen) == {8, 16, 32}  # the two runs of max_num_seqs 8 are one record
+    assert seen[8].runs == 2 and seen[8].number == 0
+    for seqs, truth in truths.items():
+        assert seen[seqs].metric("output_throughput") == pytest.approx(truth, rel=0.03)
+        # latencies scale the other way: as at the start, TPOT is 1000 / truth
+        assert seen[seqs].metric("p99_tpot_ms") == pytest.approx(1000.0 / truth, rel=0.03)
+
+
+def test_an_slo_constraint_is_judged_as_at_the_start() -> None:
+    # p99 TPOT 11 ms against a bound of 10 (constraint +0.1), measured at speed 0.7: at the
+    # start it would have taken 7.7 ms, within the bound.
+    late = run(2, 32, 70.0, 1000.0, constraints={"p99_tpot_ms": 0.1})
+    trials = [
+        run(0, 8, 100.0, 0.0, constraints={"p99_tpot_ms": -0.5}),
+        late,
+        run(3, 8, 70.0, 1000.0, constraints={"p99_tpot_ms": -0.2}, role=keys.ROLE_REMEASURE),
+    ]
+    assert not late.feasible
+    corrected = {t.number: t for t in compared(trials)}[2]
+    assert corrected.feasible and corrected.constraints["p99_tpot_ms"] < 0
+
+
+def test_export_deploys_the_better_config_measured_late_on_a_slower_host() -> None:
+    # Trial 1's config is truly 10% better than the baseline's, but ran when the host had
+    # lost 25% of its speed: measured, it looks worse. The baseline's re-run shows the drift.
+    trials = [
+        run(0, 8, 100.0, 0.0, role=keys.ROLE_BASELINE),
+        run(1, 16, 110.0 * 0.75, 1000.0),
+        run(2, 8, 100.0 * 0.75, 1000.0, role=keys.ROLE_REMEASURE, remeasure_of=0),
+    ]
+    chosen, _ = choose_export(trials, {"objectives": [], "slos": {}})
+    assert chosen.number == 1
+    assert chosen.metric("output_throughput") == pytest.approx(110.0, rel=0.02)
+    assert chosen.speed is not None and chosen.speed < 0.8
+    # Measured values only: the baseline would win.
+    assert max(trials, key=lambda t: t.metric("output_throughput")).number == 0
+
+
+def launched(n: int) -> list[TrialRecord]:
+    """n measured trials of distinct configs, trial 2 the best."""
+    return [run(k, 8 * (k + 1), 150.0 if k == 2 else 100.0 - k, 100.0 * k) for k in range(n)]
+
+
+OBJECTIVE = ("output_throughput", "maximize")
+
+
+def test_the_incumbent_runs_again_once_measured_once_and_every_few_launches() -> None:
+    assert target(launched(STARTUP - 1), OBJECTIVE, budget=15) is None  # still starting
+    chosen = target(launched(STARTUP), OBJECTIVE, budget=15)
+    assert chosen is not None and chosen.number == 2  # the best, measured once
+    again = run(STARTUP, 24, 150.0, 100.0 * STARTUP, role=keys.ROLE_REMEASURE)
+    trials = [*launched(STARTUP), again]
+    assert target(trials, OBJECTIVE, budget=15) is None  # measured twice, just now
+    later = [run(10 + k, 1000 + k, 90.0, 1000.0 + k) for k in range(EVERY)]
+    chosen = target([*trials, *later], OBJECTIVE, budget=30)
+    assert chosen is not None and chosen.number == 2  # EVERY launches since it last ran
+
+
+def test_re_measures_take_at_most_a_quarter_of_the_budget() -> None:
+    trials = launched(STARTUP)
+    trials += [
+        run(STARTUP + k, 1000 + k, 50.0, 1000.0 + k, role=keys.ROLE_REMEASURE) for k in range(2)
+    ]
+    assert target(trials, OBJECTIVE, budget=8) is None  # 2 of 8 are re-measures already
+    assert target(launched(8), OBJECTIVE, budget=8) is None  # the budget is spent
+
+
+def test_a_drift_without_enough_span_is_none() -> None:
+    trials = [run(0, 8, 100.0, 5.0), run(1, 8, 90.0, 5.0)]
+    assert fit_drift(trials) is None
+    assert math.isclose(compared(trials)[0].metric("output_throughput"), 95.0)
