@@ -99,16 +99,23 @@ def launched(n: int) -> list[TrialRecord]:
 OBJECTIVE = ("output_throughput", "maximize")
 
 
-def test_the_incumbent_runs_again_once_measured_once_and_every_few_launches() -> None:
+def test_the_incumbent_runs_again_after_the_start_every_few_launches_and_last() -> None:
     assert target(launched(STARTUP - 1), OBJECTIVE, budget=15) is None  # still starting
     chosen = target(launched(STARTUP), OBJECTIVE, budget=15)
-    assert chosen is not None and chosen.number == 2  # the best, measured once
+    assert chosen is not None and chosen.number == 2  # the first anchor: the incumbent
     again = run(STARTUP, 24, 150.0, 100.0 * STARTUP, role=keys.ROLE_REMEASURE)
     trials = [*launched(STARTUP), again]
-    assert target(trials, OBJECTIVE, budget=15) is None  # measured twice, just now
+    assert target(trials, OBJECTIVE, budget=15) is None  # just re-measured
     later = [run(10 + k, 1000 + k, 90.0, 1000.0 + k) for k in range(EVERY)]
+    assert target([*trials, *later[:-1]], OBJECTIVE, budget=30) is None
     chosen = target([*trials, *later], OBJECTIVE, budget=30)
-    assert chosen is not None and chosen.number == 2  # EVERY launches since it last ran
+    assert chosen is not None and chosen.number == 2  # EVERY launches since the last anchor
+    # The budget's last slot: an anchor after the latest trials (two or more since the last).
+    last = [*trials, *later[:2]]
+    assert len(last) == STARTUP + 3
+    chosen = target(last, OBJECTIVE, budget=len(last) + 1)
+    assert chosen is not None and chosen.number == 2
+    assert target(last, OBJECTIVE, budget=len(last) + 2) is None
 
 
 def test_re_measures_take_at_most_a_quarter_of_the_budget() -> None:

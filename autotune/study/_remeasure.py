@@ -5,12 +5,16 @@ and a speed that drifts over the study (26% over half an hour on this project's 
 A config measured late looks worse than one of the same truth measured early; a lucky run
 looks better than it is. So, with `remeasure` on (auto: a goal search), after each launched
 trial the study may queue its incumbent (the best feasible config by the first objective, as
-`autotune.drift.compared` sees it) to run again, as a trial of role `remeasure`:
+`autotune.drift.compared` sees it) to run again, as a trial of role `remeasure`, an anchor:
 
-- when the incumbent was measured only once (a new best is confirmed or debunked at once), or
-- when `EVERY` launches have passed since its config last ran (the drift is tracked);
-- never before `STARTUP` launched trials (the baseline and the sampler's random start), never
-  more than `SHARE` of the budget, never while another queued trial waits.
+- once `STARTUP` trials were launched (the baseline and the sampler's random start), then
+  every `EVERY` launches, so that anchors span the study (a drift fitted on early anchors
+  only is extrapolated over the later trials, and it underestimated a 26% drift by half);
+- in the budget's last slot, where two or more trials ran since the last anchor;
+- never more than `SHARE` of the budget, never while another queued trial waits.
+
+Re-measuring every new incumbent at once (against a lucky run) was measured too and spent
+the budget early: docs/benchmarks.md has both.
 
 Its runs then tell the host's drift apart from the configs (`autotune.drift.fit_drift`);
 selection compares every config as at the study's start, its runs merged, and the sampler
@@ -30,7 +34,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import store as keys
-from autotune.drift import Drift, compared, config_key, fit_drift, scaled
+from autotune.drift import Drift, compared, fit_drift, scaled
 from autotune.spec import TuneSpec
 from autotune.store import TrialRecord
 
@@ -62,12 +66,13 @@ def target(
     metric, direction = objective
     sign = 1.0 if direction == "maximize" else -1.0
     best = max(feasible, key=lambda t: (sign * t.metric(metric), -t.number))
-    if best.runs == 1:
-        return best
-    key = config_key(best)
-    last = max(t.number for t in launched if config_key(t) == key)
-    since = sum(1 for t in launched if t.number > last)
-    return best if since >= EVERY else None
+    anchors = [t.number for t in launched if t.role == keys.ROLE_REMEASURE]
+    since = sum(1 for t in launched if t.number > max(anchors, default=-1))
+    if not anchors or since >= EVERY:
+        return best  # the first anchor, then one every EVERY launches
+    if len(launched) == budget - 1 and since >= 2:
+        return best  # the last slot: an anchor after the latest trials
+    return None
 
 
 def queue_remeasure(study: Study, spec: TuneSpec) -> int | None:

@@ -103,6 +103,7 @@ ROWS = [
     row("tune-scenario-bogus", tune("--scenario", "bogus"), "--scenario"),
     row("tune-sampler-bogus", tune("--sampler", "bogus"), "--sampler"),
     row("tune-search-bogus", tune("--search", "bogus"), "--search"),
+    row("tune-remeasure-bogus", tune("--remeasure", "sometimes"), "--remeasure"),
     row("tune-study-bad-name", tune("--study", "bad/name"), "--study"),
     row("tune-option-typo", tune("--trails", "3"), "--trails (did you mean '--trials'?)"),
     # tune: where it runs and stores, what it starts from
