@@ -106,7 +106,7 @@ def _runs_line(trial: TrialRecord) -> str:
         return ""
     runs = f"the mean of {trial.runs} runs of this config, " if trial.runs > 1 else ""
     speed = f" (host speed then x{trial.speed:.2f})" if trial.speed is not None else ""
-    return f"values: {runs}as at the study's start{speed}; see docs/metrics.md#drift"
+    return f"values: {runs}as at the study's start{speed}; see docs/metrics.md, Drift"
 
 
 def _confirmed_line(trial: TrialRecord, attrs: dict[str, Any]) -> str:
