@@ -8,7 +8,7 @@ import pytest
 
 from autotune import store as keys
 from autotune.drift import compared, fit_drift
-from autotune.export import choose_export
+from autotune.export import choose_export, header_lines
 from autotune.store import TrialRecord
 from autotune.study._remeasure import EVERY, STARTUP, target
 
@@ -131,3 +131,24 @@ def test_a_drift_without_enough_span_is_none() -> None:
     trials = [run(0, 8, 100.0, 5.0), run(1, 8, 90.0, 5.0)]
     assert fit_drift(trials) is None
     assert math.isclose(compared(trials)[0].metric("output_throughput"), 95.0)
+
+
+def test_the_export_header_says_the_values_were_corrected() -> None:
+    trials = [
+        run(0, 8, 100.0, 0.0, role=keys.ROLE_BASELINE),
+        run(1, 16, 110.0 * 0.75, 1000.0),
+        run(2, 8, 100.0 * 0.75, 1000.0, role=keys.ROLE_REMEASURE, remeasure_of=0),
+    ]
+    merged = {t.number: t for t in compared(trials)}
+    lines = header_lines("s", merged[0], {}, "pick max-throughput")
+    assert any(
+        line.startswith("values: the mean of 2 runs of this config, as at the study's start")
+        for line in lines
+    ), lines
+    lines = header_lines("s", merged[1], {}, "pick max-throughput")
+    assert (
+        "values: as at the study's start (host speed then x0.75); see docs/metrics.md, Drift"
+        in lines
+    )
+    plain = header_lines("s", trials[1], {}, "pick max-throughput")
+    assert not any(line.startswith("values:") for line in plain)
