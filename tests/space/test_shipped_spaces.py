@@ -19,6 +19,7 @@ from autotune.space import (
     list_spaces,
     load_space,
 )
+from autotune.space._memory import DEFAULT_MEMORY_UTILIZATION
 
 SHIPPED = list_spaces()
 
@@ -163,3 +164,10 @@ def test_direct_construction_is_validated_too() -> None:
     )
     assert space.source is None
     assert space.to_engine({"max_num_seqs": 2}) == ({"max_num_seqs": 2}, {})
+
+
+@pytest.mark.parametrize("name", ["cuda", "ascend"])
+def test_gpu_and_npu_baselines_are_vllms_memory_default(name: str) -> None:
+    """The baseline is what `vllm serve` runs with no flag (vLLM 0.32: 0.92, not 0.9)."""
+    baseline = load_space(name).baseline_params()
+    assert baseline["gpu_memory_utilization"] == DEFAULT_MEMORY_UTILIZATION == 0.92
