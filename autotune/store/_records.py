@@ -21,7 +21,8 @@ STATUS = "status"
 REASON = "reason"
 ROLE = "role"
 CONFIG = "config"
-ENV = "env"
+ENV = "env"  # what the space and the spec set: what a deployment of the config sets too
+LEASE_ENV = "lease_env"  # what the trial's lease added (its devices or cores): never exported
 METRICS = "metrics"
 ENGINE = "engine"
 DEVICE_S = "device_s"
@@ -55,6 +56,7 @@ class TrialRecord(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
+    lease_env: dict[str, str] = Field(default_factory=dict)
     metrics: dict[str, float] = Field(default_factory=dict)
     engine: dict[str, Any] = Field(default_factory=dict)
     values: list[float] | None = None
@@ -103,6 +105,7 @@ class TrialRecord(BaseModel):
             params=dict(trial.params),
             config=attrs.get(CONFIG, {}),
             env=attrs.get(ENV, {}),
+            lease_env=attrs.get(LEASE_ENV) or {},
             metrics=_metrics(attrs.get(METRICS)),
             engine=attrs.get(ENGINE, {}),
             values=list(trial.values) if trial.values is not None else None,

@@ -59,9 +59,10 @@ class Recorder:
         """Who runs the trial (raises UpdateFinishedTrialError if it was settled meanwhile)."""
         trial.set_user_attr(keys.WORKER, worker)
 
-    def leased(self, trial: Trial, config: EngineConfig, worker: dict[str, Any]) -> None:
-        """The trial runs on leased devices: the env that shows only them, and its worker."""
-        trial.set_user_attr(keys.ENV, config.env)
+    def leased(self, trial: Trial, lease_env: dict[str, str], worker: dict[str, Any]) -> None:
+        """The trial runs on leased devices: the env that shows only them (kept apart from the
+        config's env, which is what an export deploys), and its worker."""
+        trial.set_user_attr(keys.LEASE_ENV, lease_env)
         trial.set_user_attr(keys.WORKER, worker)
 
     def slot(self, trial: Trial, slot: int) -> None:

@@ -116,7 +116,7 @@ class TrialRunner:
             if lease is not None:
                 config = self.harness.engine_config(params, lease)
                 worker = self._worker(lane, format_device_list(lease.ids))
-                self.recorder.leased(trial, config, worker)
+                self.recorder.leased(trial, lease.env, worker)
             self.emit(TrialStarted(trial.number, slot, self.spec.trials, description))
             judge = self._judge(study, trial)
             if judge is None:

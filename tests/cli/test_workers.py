@@ -158,7 +158,14 @@ def test_tune_parallel_runs_trials_side_by_side_and_records_their_cores(
     url = f"sqlite:///{tmp_path / 'studies' / 'two' / 'study.db'}"
     trials = launched(url, "two")
     assert len(trials) == 4 and all(t.status == "ok" for t in trials)
-    binds = {t.env["VLLM_CPU_OMP_THREADS_BIND"] for t in trials}
+    binds = {t.lease_env["VLLM_CPU_OMP_THREADS_BIND"] for t in trials}
     assert len(binds) == 2  # the two lanes' disjoint core sets
     assert {t.worker["devices"] for t in trials} == {"0", "1"}
+    assert all(not t.env for t in trials)  # the space sets no env: the lease is not the config's
     assert processes_mentioning(str(tmp_path)) == []
+    # The deployed config runs on whatever cores its server gets, not on one lane's lease.
+    out = tmp_path / "best.yaml"
+    exported = cli("export", "two", "--root", str(tmp_path / "studies"), "-o", str(out))
+    assert exported.exit_code == 0, exported.output  # type: ignore[attr-defined]
+    assert out.exists() and not out.with_suffix(".env").exists()
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in out.read_text()

@@ -49,7 +49,7 @@ def test_two_parallel_cpu_trials_on_disjoint_cores(
 
     trials = [t for t in StudyStore(pg, create=False).trials("par") if t.device_s is not None]
     assert len(trials) == 2 and all(t.status == "ok" for t in trials), trials
-    binds = [t.env["VLLM_CPU_OMP_THREADS_BIND"] for t in trials]
+    binds = [t.lease_env["VLLM_CPU_OMP_THREADS_BIND"] for t in trials]
     cores = [set(parse_cpulist(b)) for b in binds]
     assert cores[0] and cores[1] and not cores[0] & cores[1], binds
     # Side by side: each trial started before the other one ended.

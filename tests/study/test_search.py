@@ -11,6 +11,7 @@ from autotune.space import load_space
 from autotune.spec import TuneSpec
 from autotune.study import _search, make_sampler, sampler_name, told_objectives
 from autotune.study._guided import GuidedSampler
+from autotune.study._remeasure import DriftAwareSampler
 
 
 def spec(**fields: object) -> TuneSpec:
@@ -22,13 +23,21 @@ def test_goal_tells_the_first_objective_pareto_all() -> None:
     assert len(told_objectives(spec(search="pareto"))) == 3
 
 
+def base(sampler: optuna.samplers.BaseSampler) -> optuna.samplers.BaseSampler:
+    """The sampler that proposes: a goal search wraps it to tell it drift-corrected values."""
+    return sampler.base if isinstance(sampler, DriftAwareSampler) else sampler
+
+
 def test_auto_is_gp_for_goal_and_tpe_for_pareto() -> None:
     space = load_space("cpu-quick")
     assert sampler_name(spec()) == "gp"
-    assert isinstance(make_sampler(spec(), space), optuna.samplers.GPSampler)
-    assert isinstance(make_sampler(spec(search="pareto"), space), optuna.samplers.TPESampler)
-    assert isinstance(make_sampler(spec(sampler="guided"), space), GuidedSampler)
-    assert isinstance(make_sampler(spec(sampler="random"), space), optuna.samplers.RandomSampler)
+    goal = make_sampler(spec(), space)
+    assert isinstance(goal, DriftAwareSampler) and isinstance(goal.base, optuna.samplers.GPSampler)
+    pareto = make_sampler(spec(search="pareto"), space)
+    assert isinstance(pareto, optuna.samplers.TPESampler)  # no re-measures: told as measured
+    assert isinstance(base(make_sampler(spec(sampler="guided"), space)), GuidedSampler)
+    random = make_sampler(spec(sampler="random", remeasure="off"), space)
+    assert isinstance(random, optuna.samplers.RandomSampler)
 
 
 def test_without_scipy_or_torch_auto_falls_back_to_tpe(
