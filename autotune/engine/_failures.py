@@ -21,6 +21,7 @@ the CUDA and NPU ones in public vLLM / vllm-ascend issues (tests/fixtures/engine
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 from dataclasses import dataclass
@@ -78,6 +79,13 @@ PATTERNS: tuple[Pattern, ...] = (
     # CUDA driver / NCCL wording (cuda-nccl-oom-worker-died).
     _p(_K.OOM, r"CUDA (?:driver )?error: out of memory|Cuda failure 'out of memory'"),
     _p(_K.OOM, r"NPU out of memory"),
+    # CANN's allocation failures (npu-el0004, npu-acl-207001): `EL0004: ... Failed to allocate
+    # memory`, `Failed to allocate resource[DeviceMemory] ... exhausted`, and the runtime's
+    # code 207001 (ACL_ERROR_RT_MEMORY_ALLOCATION) from vllm-ascend's allocator or an op.
+    _p(_K.OOM, r"EL0004: .*Failed to allocate memory"),
+    _p(_K.OOM, r"Failed to allocate resource\[DeviceMemory\]"),
+    _p(_K.OOM, r"acl Error, code: 207001\b"),
+    _p(_K.OOM, r"error code is 207001\b"),
     # CPU: a real allocation failure (cpu-alloc-failure), `DefaultCPUAllocator: can't allocate`.
     _p(_K.OOM, r"can't allocate memory|Cannot allocate memory"),
     # CPU: KV larger than the NUMA node (cpu-kv-over-node), or the default 0.92 utilization
@@ -98,7 +106,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(_K.INVALID_CONFIG, r"pydantic_core\._pydantic_core\.ValidationError"),
     # argparse exits with status 2 right after this line (cpu-unknown-flag).
     _p(_K.INVALID_CONFIG, r"error: (?:unrecognized arguments|argument )", fatal=True),
-    # vllm-ascend: an unsupported graph / parallel combination (FACTS.md; npu-ez9999).
+    # vllm-ascend: an unsupported graph / parallel combination (FACTS.md; npu-ez9999), at
+    # start-up: an engine that served is a crash whatever its log says (`served_failure`).
     _p(_K.INVALID_CONFIG, r"EZ9999"),
     # A value this host or build cannot run: what vLLM (or a kernel compiler) raises for it.
     # Only in an exception's text (`SomeError: ...`, quoted by `Worker failed with error '...'`):
@@ -223,6 +232,15 @@ def classify_log(log_text: str, default: TrialStatus = TrialStatus.CRASH) -> Fai
     yourself: the shutdown lines of your own SIGTERM would otherwise read as `interrupted`.
     """
     return _classify(log_text, default)[0]
+
+
+def served_failure(failure: Failure) -> Failure:
+    """The failure of an engine that had started and served: never `invalid_config` (a config
+    that served is not an invalid one; vllm-ascend prints EZ9999 for an aicore exception while
+    serving as for an unsupported combination at start-up), a crash with the same reason."""
+    if failure.kind != TrialStatus.INVALID_CONFIG:
+        return failure
+    return dataclasses.replace(failure, kind=TrialStatus.CRASH)
 
 
 def classify_exit(returncode: int | None, log_text: str, default: TrialStatus) -> Failure:

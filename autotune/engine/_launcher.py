@@ -29,7 +29,7 @@ from autotune import layout
 from autotune.engine._args import env_file_text, to_yaml_text
 from autotune.engine._config import EngineConfig
 from autotune.engine._facts import EngineFacts, read_facts
-from autotune.engine._failures import Failure, classify_exit
+from autotune.engine._failures import Failure, classify_exit, served_failure
 from autotune.engine._ports import free_port
 from autotune.engine._supervise import LogWatch, Spawned, read_log, spawn, substitute
 from autotune.status import TrialStatus
@@ -120,7 +120,8 @@ class RunningEngine:
         """
         with suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=grace_s)
-        return classify_exit(self.process.poll(), read_log(self.log_path), default)
+        failure = classify_exit(self.process.poll(), read_log(self.log_path), default)
+        return served_failure(failure)  # it was ready: it started with this config
 
 
 def build_command(settings: LaunchSettings, config_path: Path, port: int) -> list[str]:

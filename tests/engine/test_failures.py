@@ -17,6 +17,7 @@ from autotune.engine._failures import (
     classify_exit,
     failure_signature,
     fatal_failure,
+    served_failure,
 )
 from autotune.status import TrialStatus
 
@@ -338,6 +339,9 @@ EXPECTED: dict[str, Seen] = {
         K.CRASH, 1, "Worker failed with error 'ACL stream synchronize failed", K.CRASH
     ),
     "npu-ez9999": Seen(K.INVALID_CONFIG, 1, "EZ9999", K.INVALID_CONFIG),
+    # CANN's allocation failures: excerpts without a death line.
+    "npu-el0004": Seen(K.OOM, 1, "Failed to allocate memory.", None),
+    "npu-acl-207001": Seen(K.OOM, 1, "acl Error, code: 207001", None),
 }
 HEALTHY = "cpu-healthy"  # start-up, /health, six served requests, one stats line: no failure
 
@@ -623,3 +627,14 @@ def test_not_fatal_line(line: str) -> None:
 )
 def test_literal_prefix(regex: str, prefix: str) -> None:
     assert _literal_prefix(regex) == prefix
+
+
+def test_an_engine_that_served_is_never_an_invalid_config() -> None:
+    """EZ9999 while serving (npu-ez9999: an aicore exception after minutes of traffic) is a
+    crash of a config that started, not a config vLLM refused."""
+    logged = classify_log(fixture("npu-ez9999"))
+    assert logged.kind == K.INVALID_CONFIG
+    served = served_failure(logged)
+    assert served.kind == K.CRASH and served.reason == logged.reason
+    oom = classify_log(fixture("npu-el0004"))
+    assert served_failure(oom) == oom  # any other kind stays
