@@ -11,6 +11,8 @@ code or docs:
   fp8e4nv not supported in this architecture`, vllm-project/vllm#26431 on an RTX 3090, 8.6);
   E5M2 is left to the study (Triton has `fp8e5` on 8.6). `quantization: fp8` needs 7.5: vLLM
   0.32's FP8 docs run it as weight-only W8A16 (FP8 Marlin) from Turing on, W8A8 from 8.9.
+- Ascend: a graph mode or torchair path the installed vllm-ascend lacks (`engine/_ascend.py`,
+  from its release notes): a choice that sets one is dropped (FULL below 0.12.0rc1, ...).
 
 A rule drops a categorical choice (or a variant) that sets such a value; a fixed option that
 sets one is an error (the space cannot run here at all).
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.engine import ascend_option_problems
 from autotune.space._errors import SpaceError
 from autotune.space._params import CategoricalParam, format_value
 from autotune.space._space import SearchSpace
@@ -35,6 +38,7 @@ class HostFacts:
 
     cpu_flags: frozenset[str] | None = None  # /proc/cpuinfo `flags`
     compute_capability: tuple[int, int] | None = None  # the lowest of the GPUs (nvidia-smi)
+    ascend_version: str | None = None  # the installed vllm-ascend (package metadata)
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,11 @@ HOST_RULES = (
 
 
 def host_problem(platform: str, options: dict[str, Any], host: HostFacts) -> str | None:
-    """Why `options` cannot run on this host (the first rule that says so), or None."""
+    """Why `options` cannot run on this host (the first rule that says so), or None. On
+    Ascend, a graph mode the installed vllm-ascend lacks (`engine._ascend`) counts too."""
+    if platform == "ascend" and host.ascend_version is not None:
+        for path, message in ascend_option_problems(options, host.ascend_version):
+            return f"{path}: {message}"
     for rule in HOST_RULES:
         if (
             rule.platform == platform

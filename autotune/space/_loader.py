@@ -80,34 +80,37 @@ def _ascend_space_issues(space: SearchSpace, version: str | None) -> list[Issue]
     Fixed options and variants are named down to the nested key (`fixed.additional_config.
     torchair_graph_config`); a parameter by the choice that sets the value.
     """
-    named = [("fixed", space.fixed)]
-    named += [(f"variants.{name}", options) for name, options in space.variants.items()]
     issues = [
-        (f"{where}.{path}", message)
-        for where, options in named
-        for path, message in ascend_option_problems(options, version)
+        (f"fixed.{path}", message) for path, message in ascend_option_problems(space.fixed, version)
     ]
+    # A variant or a categorical choice the installed version lacks is dropped before a
+    # study (`_host.restrict_to_host`, with one line); only an unknown mode is refused here.
     issues += [
-        (field, message)
-        for field, options in _parameter_sources(space)
-        for _, message in ascend_option_problems(options, version)
+        (f"variants.{name}.{path}", message)
+        for name, options in space.variants.items()
+        for path, message in ascend_option_problems(options, None)
     ]
+    for field, options, choice in _parameter_sources(space):
+        gated = None if choice else version
+        issues += [(field, message) for _, message in ascend_option_problems(options, gated)]
     return issues
 
 
-def _parameter_sources(space: SearchSpace) -> list[tuple[str, dict[str, Any]]]:
-    """(field path, options) for each value a parameter can set; ranges by their baseline."""
-    sources: list[tuple[str, dict[str, Any]]] = []
+def _parameter_sources(space: SearchSpace) -> list[tuple[str, dict[str, Any], bool]]:
+    """(field path, options, whether it is a categorical choice) for each value a parameter
+    can set; ranges by their baseline."""
+    sources: list[tuple[str, dict[str, Any], bool]] = []
     for i, param in enumerate(space.parameters):
         option = param.target_option
         if option is None:
             continue  # env vars and variants (checked as `variants.*`)
+        choice = isinstance(param, CategoricalParam)
         if isinstance(param, CategoricalParam):
             values = [(f"choices[{k}]", c) for k, c in enumerate(param.choices)]
         else:  # the gated options are named by their keys, whatever a bool or number says
             values = [("option" if param.option else "name", param.baseline_value())]
         sources += [
-            (f"parameters[{i}].{field}", {option: param.engine_value(value)})
+            (f"parameters[{i}].{field}", {option: param.engine_value(value)}, choice)
             for field, value in values
             if value is not None
         ]

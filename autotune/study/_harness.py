@@ -28,7 +28,7 @@ from autotune.devices import (
     gpu_compute_capability,
     plan_lanes,
 )
-from autotune.engine import EngineConfig, LaunchSettings, resolve_env
+from autotune.engine import EngineConfig, LaunchSettings, installed_ascend_version, resolve_env
 from autotune.host import cpu_flags
 from autotune.space import HostFacts, SearchSpace, SpaceError, load_space, restrict_to_host
 from autotune.spec import SpecError, TuneSpec
@@ -142,11 +142,14 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
 
 def read_host_facts(platform: str, root: Path = Path("/")) -> HostFacts:
     """What this host can run, for a space of `platform`: the CPU's flags on a CPU space, the
-    GPUs' lowest compute capability (nvidia-smi, where installed) on a CUDA one."""
+    GPUs' lowest compute capability (nvidia-smi, where installed) on a CUDA one, the installed
+    vllm-ascend on an Ascend one."""
     if platform == "cpu":
         return HostFacts(cpu_flags=cpu_flags(root))
     if platform == "cuda":
         return HostFacts(compute_capability=gpu_compute_capability())
+    if platform == "ascend":
+        return HostFacts(ascend_version=installed_ascend_version())
     return HostFacts()
 
 

@@ -10,7 +10,15 @@ import pytest
 import yaml
 
 from autotune.engine import EngineConfig, from_yaml_dict, to_yaml_dict
-from autotune.space import ModelInfo, SpaceError, check_constraints, load_space
+from autotune.space import (
+    CategoricalParam,
+    HostFacts,
+    ModelInfo,
+    SpaceError,
+    check_constraints,
+    load_space,
+    restrict_to_host,
+)
 
 WriteSpace = Callable[..., Path]
 SetVersion = Callable[[str | None], None]
@@ -46,19 +54,24 @@ def test_shipped_space_loads(ascend_version: SetVersion, version: str | None) ->
     assert "graph_mode" in space.names and "hccl_buffsize" in space.names
 
 
-def test_shipped_space_refused_where_a_graph_mode_is_missing(
+def test_shipped_space_drops_a_graph_mode_the_installed_version_lacks(
     ascend_version: SetVersion,
 ) -> None:
-    i = graph_mode_index()
+    """vllm-ascend 0.11 has no FULL mode: the shipped space loads, and the study drops FULL
+    with one line instead of refusing the space (FULL_DECODE_ONLY, from 0.11.0rc1, stays)."""
     ascend_version("0.11.0")
-    with pytest.raises(SpaceError) as info:
-        load_space("ascend")
-    message = str(info.value)
-    assert message.endswith(
-        f"ascend.yaml: parameters[{i}].choices[2]: FULL needs vllm-ascend >= 0.12.0rc1 "
-        "(installed: 0.11.0)"
-    )
-    assert "\n" not in message
+    space = load_space("ascend")  # loads
+    restricted, notes = restrict_to_host(space, HostFacts(ascend_version="0.11.0"))
+    graph = restricted.parameters[graph_mode_index()]
+    assert isinstance(graph, CategoricalParam) and graph.choices == [None, "FULL_DECODE_ONLY"]
+    assert notes == [
+        "search space ascend: dropped graph_mode FULL before the study "
+        "(compilation_config.cudagraph_mode: FULL needs vllm-ascend >= 0.12.0rc1 "
+        "(installed: 0.11.0))"
+    ]
+    new, none = restrict_to_host(space, HostFacts(ascend_version="0.12.0rc1"))
+    assert none == [] and new is space  # every mode runs there
+    assert restrict_to_host(space, HostFacts())[1] == []  # no vllm-ascend here: nothing judged
 
 
 @pytest.mark.parametrize("version", ["0.12.0rc1", "0.13.0"])
@@ -106,8 +119,11 @@ variants:
 parameters:
   - {name: v, type: categorical, variants: true, choices: [plain, torchair], baseline: plain}
 """
-    with pytest.raises(SpaceError, match=r"variants\.torchair\.additional_config\.torchair_graph"):
-        load_space(write_space(variant, "variant.yaml"))
+    # A variant is a choice: the space loads, and the study drops it with one line.
+    space = load_space(write_space(variant, "variant.yaml"))
+    restricted, notes = restrict_to_host(space, HostFacts(ascend_version="0.13.0"))
+    assert restricted.parameters[0].choices == ["plain"]  # type: ignore[attr-defined]
+    assert len(notes) == 1 and "dropped v torchair before the study" in notes[0]
 
 
 def test_other_platforms_are_not_checked(
@@ -118,12 +134,13 @@ def test_other_platforms_are_not_checked(
 
 
 def test_several_problems_are_counted(ascend_version: SetVersion, write_space: WriteSpace) -> None:
-    ascend_version("0.11.0")
-    text = TORCHAIR_FIXED + (
-        "  - {name: g, option: compilation_config.cudagraph_mode, type: categorical,"
-        " choices: [null, FULL, FULL_AND_PIECEWISE], baseline: null}\n"
+    ascend_version("0.13.0")
+    text = TORCHAIR_FIXED.replace(
+        "fixed:\n", "fixed:\n  compilation_config: {cudagraph_mode: FULL_AND_PIECEWISE}\n"
     )
-    with pytest.raises(SpaceError, match=r"parameters\[1\]\.choices\[1\]: .* \(and 1 more\)$"):
+    with pytest.raises(
+        SpaceError, match=r"fixed\.compilation_config\.cudagraph_mode: .* \(and 1 more\)$"
+    ):
         load_space(write_space(text))
 
 
