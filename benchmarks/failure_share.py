@@ -92,7 +92,7 @@ def run_arm(
         spec,
         space,
         lambda config, trial_dir: measure(config, trial_dir, plan, settings),
-        device_memory=(lambda: device) if arm == "estimated" else (lambda: None),
+        device_memory=(lambda ids: device) if arm == "estimated" else (lambda ids: None),
     )
     runner = StudyRunner(
         harness,

@@ -300,8 +300,8 @@ def run_study(
             keys.append(config_key(config))
             return table.measurement(config, dict(trial.params))
 
-        def memory() -> DeviceMemory | None:  # for the estimate, as `autotune tune` does
-            return device_memory(space.platform)
+        def memory(ids: list[int] | None) -> DeviceMemory | None:  # as `autotune tune` does
+            return device_memory(space.platform, ids)
 
         harness = Harness(spec, space, from_table, device_memory=memory)
         runner = StudyRunner(harness, store, on_event)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
@@ -25,30 +26,51 @@ class _NotInstalled(Exception):
 
 
 def device_memory(
-    platform: str, *, run: Runner | None = None, root: Path = Path("/")
+    platform: str,
+    ids: Sequence[int] | None = None,
+    *,
+    run: Runner | None = None,
+    root: Path = Path("/"),
 ) -> DeviceMemory | None:
-    """Memory of the device a single-device trial runs on: NUMA node 0, `cuda:0` or `npu:0`.
+    """Memory of the devices a trial runs on: the tightest of `ids` (a tensor-parallel trial's
+    every worker must fit its own device), numbered as the device pool numbers them (the
+    tools' indices; on Atlas A3, the chips in listing order); without `ids`, `cuda:0` or the
+    first NPU. On CPU: NUMA node 0.
 
     `platform` is `cpu`, `cuda`, `ascend` or `any` (the GPU or NPU whose tool is installed,
     else the CPU). None when the tool fails or reports no memory: then nothing is estimated.
-    Devices are numbered as the tools number them; CUDA_VISIBLE_DEVICES is not applied.
     """
-    tools = {"cuda": _gpu0, "ascend": _npu0}
+    tools = {"cuda": _gpus, "ascend": _npus}
     order = {"cuda": ["cuda"], "ascend": ["ascend"], "any": ["cuda", "ascend"], "cpu": []}
     if platform not in order:
         raise ValueError(f"unknown platform {platform!r}: expected cpu, cuda, ascend or any")
     for candidate in order[platform]:
         try:
-            return tools[candidate](run or run_tool)
+            memories = tools[candidate](run or run_tool)
         except _NotInstalled:
             continue
         except (subprocess.SubprocessError, SmiParseError, OSError) as err:
             logger.warning("cannot read %s device memory: %s", candidate, err)
             return None
+        return _tightest(memories, ids)
     if platform != "any" and platform != "cpu":
         logger.warning("no device tool for %s is installed: memory unknown", platform)
         return None
     return cpu_memory(0, root)
+
+
+def _tightest(
+    memories: dict[int, DeviceMemory | None], ids: Sequence[int] | None
+) -> DeviceMemory | None:
+    """The memory of the device of `ids` with the least available (the first device without
+    `ids`); None where one of them reports none or is not listed."""
+    if not memories:
+        return None
+    chosen = [min(memories)] if ids is None else list(ids)
+    found = [memories.get(i) for i in chosen]
+    if any(m is None for m in found):
+        return None
+    return min((m for m in found if m is not None), key=lambda m: m.available_bytes)
 
 
 def gpu_compute_capability(*, run: Runner | None = None) -> tuple[int, int] | None:
@@ -64,14 +86,17 @@ def gpu_compute_capability(*, run: Runner | None = None) -> tuple[int, int] | No
     return min(caps, default=None)
 
 
-def _gpu0(run: Runner) -> DeviceMemory | None:
-    gpus = sorted(parse_nvidia_gpus(_output(run, list(NVIDIA_GPU_QUERY))), key=lambda g: g.index)
-    return gpus[0].memory() if gpus else None
+def _gpus(run: Runner) -> dict[int, DeviceMemory | None]:
+    return {g.index: g.memory() for g in parse_nvidia_gpus(_output(run, list(NVIDIA_GPU_QUERY)))}
 
 
-def _npu0(run: Runner) -> DeviceMemory | None:
-    devices = parse_npu_smi_info(_output(run, list(NPU_SMI_INFO))).devices
-    return min(devices, key=lambda d: (d.npu, d.chip)).memory()
+def _npus(run: Runner) -> dict[int, DeviceMemory | None]:
+    """By the pool's ids: the NPU id with one chip each (A2), else the listing order (A3)."""
+    chips = sorted(
+        parse_npu_smi_info(_output(run, list(NPU_SMI_INFO))).devices, key=lambda d: (d.npu, d.chip)
+    )
+    one_chip_each = len({d.npu for d in chips}) == len(chips)
+    return {(d.npu if one_chip_each else k): d.memory() for k, d in enumerate(chips)}
 
 
 def _output(run: Runner, argv: list[str]) -> str:

@@ -110,11 +110,15 @@ class Gate:
         if reason is not None:
             return Verdict(TrialStatus.PREDICTED_UNSUPPORTED, reason, SkipRule.UNSUPPORTED)
         verdict = self._predicted_oom(p)
-        if verdict is None:
-            reason = self._memory_problem(p.config, memory)
-            if reason is not None:
-                verdict = Verdict(TrialStatus.PREDICTED_OOM, reason, SkipRule.OOM_ESTIMATE)
-        return verdict or LAUNCH
+        return verdict or self.memory_verdict(p.config, memory)
+
+    def memory_verdict(self, config: EngineConfig, memory: DeviceMemory | None) -> Verdict:
+        """The estimate's verdict on `config` with `memory` (the trial's devices now; None:
+        unknown, launch)."""
+        reason = self._memory_problem(config, memory)
+        if reason is None:
+            return LAUNCH
+        return Verdict(TrialStatus.PREDICTED_OOM, reason, SkipRule.OOM_ESTIMATE)
 
     def _predicted_unsupported(self, p: Proposal) -> str | None:
         """Why `p` would fail as earlier trials did: it carries every value of a learned rule."""

@@ -38,7 +38,7 @@ from autotune.study._prune import Judge
 logger = logging.getLogger(__name__)
 
 
-def _unknown_memory() -> DeviceMemory | None:
+def _unknown_memory(ids: list[int] | None = None) -> DeviceMemory | None:
     return None
 
 
@@ -46,8 +46,9 @@ def _unknown_memory() -> DeviceMemory | None:
 class Harness:
     """A study's machinery on this machine.
 
-    `measure` does the device work of one trial. `device_memory` says what memory a trial's
-    device has now (None: unknown, no estimate). With a device `pool`, each trial leases its
+    `measure` does the device work of one trial. `device_memory(ids)` says what memory a
+    trial's leased devices have now, the tightest of them (ids None: the first device; the
+    result None: unknown, no estimate). With a device `pool`, each trial leases its
     devices from it (tensor x pipeline parallel of them) and sees only those; `lanes` trials
     run at once. Setting `cancel` stops every lane as Ctrl-C does. `requests_per_run`: the
     measured requests of one benchmark run (early stopping counts them). `host`: this worker's
@@ -57,7 +58,7 @@ class Harness:
     spec: TuneSpec
     space: SearchSpace
     measure: Measure
-    device_memory: Callable[[], DeviceMemory | None] = _unknown_memory
+    device_memory: Callable[[list[int] | None], DeviceMemory | None] = _unknown_memory
     pool: DevicePool | None = None
     lanes: int = 1
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -129,7 +130,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         spec,
         space,
         measure_one,
-        device_memory=lambda: device_memory(space.platform),
+        device_memory=lambda ids: device_memory(space.platform, ids),
         pool=pool,
         lanes=count,
         cancel=cancel,

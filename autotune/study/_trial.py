@@ -20,7 +20,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from autotune import layout
 from autotune import store as keys
 from autotune.bench import RequestRecord, read_records
-from autotune.devices import DeviceMemory, Lease, format_device_list
+from autotune.devices import Lease, format_device_list
 from autotune.engine import EngineConfig
 from autotune.selection import pareto_front
 from autotune.space import ModelInfo
@@ -28,7 +28,7 @@ from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord, TrialSlots
 from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
-from autotune.study._gate import Gate, Proposal, SkipRule, Verdict
+from autotune.study._gate import LAUNCH, Gate, Proposal, SkipRule, Verdict
 from autotune.study._harness import Harness
 from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._measure import Measurement
@@ -108,11 +108,17 @@ class TrialRunner:
             verdict = Verdict(TrialStatus.DUPLICATE, reason, SkipRule.DUPLICATE)
             self._skip(study, trial, verdict)
             return verdict
-        self.recorder.slot(trial, slot)
         trial_dir = layout.trial_dir(self.spec.study_dir, trial.number)
         lease = None
         try:
             lease = self._lease(config)
+            # The estimate reads the memory of the devices this trial got, now: another
+            # lane's engine on another device is none of its business.
+            verdict = self._memory_verdict(study, trial, config, lease)
+            if not verdict.launch:
+                self.slots.release(trial.number)
+                return verdict
+            self.recorder.slot(trial, slot)
             if lease is not None:
                 config = self.harness.engine_config(params, lease)
                 worker = self._worker(lane, format_device_list(lease.ids))
@@ -171,7 +177,7 @@ class TrialRunner:
             ooms=_known_ooms(finished),
             rules=self._rules(finished, baseline),
         )
-        verdict = self.gate.check(proposal, self._memory(proposal))
+        verdict = self.gate.check(proposal)  # the memory estimate: once devices are leased
         if verdict.launch:
             return verdict
         self._skip(study, trial, verdict)
@@ -189,11 +195,21 @@ class TrialRunner:
             return []
         return learned_rules(_tried(finished))
 
-    def _memory(self, proposal: Proposal) -> DeviceMemory | None:
-        """The device's memory now, read only where the gate may estimate with it."""
-        if proposal.baseline or not self.recorder.learn_failures:
-            return None
-        return self.harness.device_memory()
+    def _memory_verdict(
+        self, study: optuna.Study, trial: Trial, config: EngineConfig, lease: Lease | None
+    ) -> Verdict:
+        """The memory estimate's verdict on the trial's own devices as they are now (never for
+        the baseline, nor in the naive mode); one that keeps it from launching is recorded."""
+        if (
+            trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
+            or not self.recorder.learn_failures
+        ):
+            return LAUNCH
+        ids = lease.ids if lease is not None and self.harness.space.platform != "cpu" else None
+        verdict = self.gate.memory_verdict(config, self.harness.device_memory(ids))
+        if not verdict.launch:
+            self._skip(study, trial, verdict)
+        return verdict
 
     def _skip(self, study: optuna.Study, trial: Trial, verdict: Verdict) -> None:
         self.recorder.skipped(study, trial, verdict)

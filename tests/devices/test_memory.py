@@ -45,6 +45,25 @@ def test_ascend_is_npu_0(smi_text: Callable[[str], str]) -> None:
     )
 
 
+def test_a_trials_devices_are_its_lease_and_the_tightest_counts(
+    smi_text: Callable[[str], str],
+) -> None:
+    """A trial on NPUs 2 and 3 of a 910B3 host where NPU 2 holds 41 GB of another job: its
+    tensor-parallel workers must each fit, so NPU 2's memory is what the estimate sees."""
+    run = answers({NPU_SMI_INFO: smi_text("npu_smi_910b3_x8_one_process.txt")})
+    assert device_memory("ascend", [3], run=run) == DeviceMemory(
+        "npu:3", 65536 * MIB, (65536 - 3390) * MIB
+    )
+    assert device_memory("ascend", [3, 2], run=run) == DeviceMemory(
+        "npu:2", 65536 * MIB, (65536 - 41052) * MIB
+    )
+    assert device_memory("ascend", [9], run=run) is None  # not listed: unknown, no estimate
+    gpus = answers({NVIDIA_GPU_QUERY: smi_text("nvidia_query_gpu_a10g_x4.csv")})
+    assert device_memory("cuda", [2, 0], run=gpus) == DeviceMemory(
+        "cuda:2", 23028 * MIB, 1063 * MIB
+    )
+
+
 def test_cpu_is_numa_node_0(tmp_path: Path) -> None:
     root = node_root(tmp_path)
     memory = device_memory("cpu", run=answers({}), root=root)

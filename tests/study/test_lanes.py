@@ -14,7 +14,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.devices import DevicePool
+from autotune.devices import DeviceMemory, DevicePool
 from autotune.engine import EngineConfig
 from autotune.space import SearchSpace, load_space
 from autotune.store import StudyStore
@@ -232,3 +232,46 @@ def _dead_pid() -> int:
 
 Unused = Callable[..., Any]  # keep pytest from flagging the imported fixtures' types
 _ = (pytest, TrialState)
+
+
+ONE_GPU_SPACE = """\
+name: one-gpu
+platform: cuda
+parameters:
+  - {name: max_num_seqs, type: int, low: 4, high: 256, log: true, baseline: 64}
+"""
+
+
+def test_the_estimate_reads_each_lanes_own_device_not_device_0(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
+) -> None:
+    """Two lanes on two GPUs: while a trial's engine holds most of its GPU, the other lane's
+    trial (on the other GPU) must see that GPU's memory, not device 0's, and launch."""
+    (tmp_path / "one.yaml").write_text(ONE_GPU_SPACE)
+    space = load_space(tmp_path / "one.yaml")
+    spec = make_spec(trials=6, space=str(tmp_path / "one.yaml"))
+    watch = DeviceWatch(measure, hold_s=0.3)
+    total = 80 * 2**30
+
+    def memory(ids: list[int] | None) -> DeviceMemory:
+        """A GPU with a trial on it has 2 GiB free (its engine took the rest); else all."""
+        device = (ids or [0])[0]
+        with watch.lock:
+            busy = str(device) in watch.busy
+        return DeviceMemory(f"cuda:{device}", total, 2 * 2**30 if busy else total)
+
+    asked: list[list[int] | None] = []
+
+    def recorded(ids: list[int] | None) -> DeviceMemory:
+        asked.append(ids)
+        return memory(ids)
+
+    pool = DevicePool([0, 1], platform="cuda")
+    harness = Harness(spec, space, watch, device_memory=recorded, pool=pool, lanes=2)
+    StudyRunner(harness, StudyStore(spec.storage_url)).run()
+    trials = records(spec)
+    assert [t.status for t in trials if t.status == "predicted_oom"] == []
+    assert len(launched(trials)) == 6 and watch.most_at_once == 2
+    assert asked and all(ids is not None and len(ids) == 1 for ids in asked)  # its lease
+    # What the old gate saw: device 0's memory, read before the lease, while lane 0 ran there.
+    assert memory(None).available_bytes == total  # nothing runs now

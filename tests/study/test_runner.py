@@ -437,7 +437,7 @@ def test_memory_estimate_skips_configs_that_cannot_fit(
     # A node with 1.5 GiB available: KV sizes above it cannot be allocated.
     node = DeviceMemory("cpu:node0", total_bytes=4 * 2**30, available_bytes=3 * 2**29)
     result = StudyRunner(
-        Harness(spec, space, measure, device_memory=lambda: node), StudyStore(spec.storage_url)
+        Harness(spec, space, measure, device_memory=lambda ids: node), StudyStore(spec.storage_url)
     ).run()
     trials = records(spec)
     estimated = [t for t in trials if t.status == "predicted_oom"]
@@ -564,7 +564,7 @@ def test_estimate_for_a_space_of_any_platform_follows_the_device_it_read(
     # CPU rules check only the KV bytes, and every KV size of the space fits.
     node = DeviceMemory("cpu:node0", total_bytes=16 * 2**30, available_bytes=12 * 2**30)
     StudyRunner(
-        Harness(spec, space, measure, device_memory=lambda: node), StudyStore(spec.storage_url)
+        Harness(spec, space, measure, device_memory=lambda ids: node), StudyStore(spec.storage_url)
     ).run()
     assert not [t for t in records(spec) if t.status == "predicted_oom"]
     assert len(measure.calls) == 4
