@@ -159,6 +159,13 @@ class TuneSpec(BaseModel):
         default="auto",
         description="auto: the search's default (gp for goal, tpe for pareto)",
     )
+    busy_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="A GPU or NPU with more than this share of its memory in use when the "
+        "study starts (or a process on it) belongs to another job: no trial is given it",
+    )
     remeasure: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="Run the incumbent config again, so that a host whose speed drifts and a "

@@ -9,13 +9,18 @@ disjoint slots (`split_cpu`) that share the memory; a CPU study with one trial a
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from autotune.devices._cpu_slots import split_cpu
 from autotune.devices._discover import Runner
-from autotune.devices._inventory import DeviceError
+from autotune.devices._inventory import DeviceError, Inventory
 from autotune.devices._pool import DevicePool
-from autotune.devices._selection import discover_selected
+from autotune.devices._records import DeviceProcess
+from autotune.devices._release import process_reader, run_tool
+from autotune.devices._selection import discover_selected, select_devices
+
+logger = logging.getLogger(__name__)
 
 
 def plan_lanes(
@@ -23,11 +28,14 @@ def plan_lanes(
     parallel: int | str,
     devices: str | None = None,
     *,
+    busy_share: float = 1.0,
     run: Runner | None = None,
     root: Path = Path("/"),
 ) -> tuple[DevicePool | None, int]:
     """(pool, trials at once) for a space of `platform` (cpu, cuda, ascend, or any: whatever
-    the host has). Raises DeviceError when the host cannot give what was asked."""
+    the host has). A GPU or NPU that another job holds (`without_busy`, above `busy_share`
+    of its memory in use, or a process on it) is left out. Raises DeviceError when the host
+    cannot give what was asked."""
     if parallel != "auto" and (not isinstance(parallel, int) or parallel < 1):
         raise DeviceError(f"--parallel must be a number >= 1 or auto, not {parallel!r}")
     if platform == "cpu" and parallel == 1 and devices is None:
@@ -38,6 +46,7 @@ def plan_lanes(
     if inventory.platform == "cpu":
         lanes = len(inventory.devices) if parallel == "auto" else int(parallel)
         return DevicePool(split_cpu(inventory, lanes, root=root)), lanes
+    inventory = without_busy(inventory, busy_share, run or run_tool)
     pool = DevicePool(inventory)
     lanes = pool.size if parallel == "auto" else int(parallel)
     if lanes > pool.size:
@@ -46,3 +55,43 @@ def plan_lanes(
             f"{pool.size} are given"
         )
     return pool, lanes
+
+
+def without_busy(inventory: Inventory, busy_share: float, run: Runner) -> Inventory:
+    """The GPUs or NPUs of `inventory` that no other job holds: used memory at most
+    `busy_share` of the total (an idle 910B reports about 3.3 of 64 GB in use, an idle GPU a
+    few hundred MB) and no process listed on it. One line per device left out; DeviceError
+    when none is left."""
+    held = {p.device for p in _processes(inventory.platform, run)}
+    prefix = "cuda" if inventory.platform == "cuda" else "npu"
+    busy: dict[int, str] = {}
+    for d in inventory.devices:
+        if d.total_bytes and d.used_bytes is not None and d.used_bytes > busy_share * d.total_bytes:
+            busy[d.id] = f"{d.used_bytes / 2**30:.1f} of {d.total_bytes / 2**30:.0f} GiB in use"
+        elif f"{prefix}:{d.id}" in held:
+            busy[d.id] = "a process holds memory on it"
+    if not busy:
+        return inventory
+    for device, why in busy.items():
+        logger.warning(
+            "leaving %s %d out of the study: another job holds it (%s)",
+            inventory.platform,
+            device,
+            why,
+        )
+    free = [d.id for d in inventory.devices if d.id not in busy]
+    if not free:
+        raise DeviceError(
+            f"every {inventory.platform} device given is held by another job "
+            f"({', '.join(f'{k}: {v}' for k, v in busy.items())}); free one, or pass --devices"
+        )
+    return select_devices(inventory, free)
+
+
+def _processes(platform: str, run: Runner) -> list[DeviceProcess]:
+    """The processes the device tool lists (none where it cannot list them)."""
+    try:
+        return process_reader(platform, run)()
+    except (OSError, ValueError) as err:
+        logger.debug("cannot list %s processes: %s", platform, err)
+        return []

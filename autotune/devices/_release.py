@@ -107,7 +107,7 @@ class _Poll:
     ) -> ReleaseResult | None:
         """How the wait ended; None when the tool is not installed."""
         tool = _TOOLS[self.platform]
-        read = _cuda_reader(self.run) if self.platform == "cuda" else _ascend_reader(self.run)
+        read = process_reader(self.platform, self.run)
         started = clock()
         while True:
             try:
@@ -134,6 +134,11 @@ class _Poll:
     def _ours(self, process: DeviceProcess) -> bool:
         on_device = self.on is None or process.device in self.on
         return on_device and process.is_one_of(self.wanted)
+
+
+def process_reader(platform: str, run: Runner) -> Callable[[], list[DeviceProcess]]:
+    """Reads the processes on the host's GPUs (`cuda`) or NPUs (`ascend`)."""
+    return _cuda_reader(run) if platform == "cuda" else _ascend_reader(run)
 
 
 def _cuda_reader(run: Runner) -> Callable[[], list[DeviceProcess]]:

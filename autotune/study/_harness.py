@@ -117,7 +117,9 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     pool, count = None, 1
     if lanes:
         try:
-            pool, count = plan_lanes(space.platform, spec.parallel, spec.devices)
+            pool, count = plan_lanes(
+                space.platform, spec.parallel, spec.devices, busy_share=spec.busy_share
+            )
         except DeviceError as exc:
             raise SpecError(str(exc)) from None
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.devices import DeviceError, plan_lanes
+from autotune.devices import NPU_SMI_INFO, DeviceError, plan_lanes
 from devices.fake_host import fake_host, tools
 from devices.test_discover import GPU_HOST, NPU_HOST, kunpeng_like
 
@@ -68,3 +68,32 @@ def test_impossible_lanes_are_one_clear_error(
 def test_more_cpu_lanes_than_cores_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DeviceError, match="cannot split 16 physical cores into 17 slots"):
         plan_lanes("cpu", 17, root=two_nodes(tmp_path))
+
+
+def test_an_npu_another_job_holds_is_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The recorded 910B3 host where NPU 2 holds 41 of 64 GB (and a process): trials never
+    get it; idle NPUs (3.3-3.4 GB in use, the firmware's) are all given."""
+    busy = {**NPU_HOST, NPU_SMI_INFO: "npu_smi_910b3_x8_one_process.txt"}
+    pool, lanes = plan_lanes(
+        "ascend", "auto", busy_share=0.1, run=tools(busy), root=kunpeng_like(tmp_path)
+    )
+    assert pool is not None and lanes == 7
+    assert [d.id for d in pool.devices] == [0, 1, 3, 4, 5, 6, 7]
+    assert "leaving ascend 2 out of the study: another job holds it (40.1 of 64 GiB in use)" in (
+        caplog.text
+    )
+    idle, eight = plan_lanes(
+        "ascend", "auto", busy_share=0.1, run=tools(NPU_HOST), root=kunpeng_like(tmp_path / "b")
+    )
+    assert idle is not None and eight == 8
+
+
+def test_a_host_whose_every_gpu_is_held_says_so(tmp_path: Path) -> None:
+    """The recorded A10G x4 host runs a TP-4 vLLM on all four GPUs (21.4 of 22.5 GiB each)."""
+    root = fake_host(tmp_path, {0: "0-15"})
+    with pytest.raises(DeviceError, match="every cuda device given is held by another job"):
+        plan_lanes("cuda", 1, busy_share=0.1, run=tools(GPU_HOST), root=root)
+    pool, _ = plan_lanes("cuda", 1, busy_share=1.0, run=tools(GPU_HOST), root=root)
+    assert pool is not None and pool.size == 4  # a threshold of 1: nothing is judged busy
