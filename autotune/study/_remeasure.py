@@ -5,7 +5,9 @@ and a speed that drifts over the study (26% over half an hour on this project's 
 A config measured late looks worse than one of the same truth measured early; a lucky run
 looks better than it is. So, with `remeasure` on (auto: a goal search), after each launched
 trial the study may queue its incumbent (the best feasible config by the first objective, as
-`autotune.drift.compared` sees it) to run again, as a trial of role `remeasure`, an anchor:
+`autotune.drift.compared` sees it; while none is feasible, the one closest to the
+constraints: a host that slowed down can be why) to run again, as a trial of role
+`remeasure`, an anchor:
 
 - once `STARTUP` trials were launched (the baseline and the sampler's random start), then
   every `EVERY` launches, so that anchors span the study (a drift fitted on early anchors
@@ -35,6 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import store as keys
 from autotune.drift import Drift, compared, fit_drift, scaled
+from autotune.selection import closest
 from autotune.spec import TuneSpec
 from autotune.store import TrialRecord
 
@@ -60,12 +63,17 @@ def target(
     done = sum(1 for t in launched if t.role == keys.ROLE_REMEASURE)
     if done >= max(1, int(budget * SHARE)):
         return None
-    feasible = [t for t in compared(records) if t.feasible]
-    if not feasible:
-        return None
+    seen = compared(records)
+    feasible = [t for t in seen if t.feasible]
     metric, direction = objective
     sign = 1.0 if direction == "maximize" else -1.0
-    best = max(feasible, key=lambda t: (sign * t.metric(metric), -t.number))
+    if feasible:
+        best = max(feasible, key=lambda t: (sign * t.metric(metric), -t.number))
+    else:  # nothing feasible yet (a host that slowed may be why): the closest one
+        near = closest(seen)
+        if near is None:
+            return None
+        best = near
     anchors = [t.number for t in launched if t.role == keys.ROLE_REMEASURE]
     since = sum(1 for t in launched if t.number > max(anchors, default=-1))
     if not anchors or since >= EVERY:
