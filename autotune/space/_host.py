@@ -11,6 +11,9 @@ code or docs:
   fp8e4nv not supported in this architecture`, vllm-project/vllm#26431 on an RTX 3090, 8.6);
   E5M2 is left to the study (Triton has `fp8e5` on 8.6). `quantization: fp8` needs 7.5: vLLM
   0.32's FP8 docs run it as weight-only W8A16 (FP8 Marlin) from Turing on, W8A8 from 8.9.
+- Any platform: a variant whose `model` is a local path (`/...`, `./...`, `~/...`) that does not
+  exist here (the shipped ascend.yaml's w8a8 path is an example to edit); a hub name is left
+  to the engine.
 - Ascend: a graph mode or torchair path the installed vllm-ascend lacks (`engine/_ascend.py`,
   from its release notes): a choice that sets one is dropped (FULL below 0.12.0rc1, ...).
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotune.engine import ascend_option_problems
@@ -85,6 +89,10 @@ HOST_RULES = (
 def host_problem(platform: str, options: dict[str, Any], host: HostFacts) -> str | None:
     """Why `options` cannot run on this host (the first rule that says so), or None. On
     Ascend, a graph mode the installed vllm-ascend lacks (`engine._ascend`) counts too."""
+    model = options.get("model")  # a variant's checkpoint, where it is a local path
+    local = isinstance(model, str) and model.startswith(("/", "./", "../", "~"))
+    if local and not Path(str(model)).expanduser().exists():
+        return f"model={model}: no such checkpoint on this host"
     if platform == "ascend" and host.ascend_version is not None:
         for path, message in ascend_option_problems(options, host.ascend_version):
             return f"{path}: {message}"

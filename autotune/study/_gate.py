@@ -191,6 +191,7 @@ class Gate:
 
 
 def local_model(config: EngineConfig) -> Path | None:
-    """The model's folder, where it is a local one (the estimate reads its checkpoint)."""
-    path = Path(config.model)
+    """The model's folder, where it is a local one (the estimate reads its checkpoint): a
+    variant's own checkpoint (`model` among the options: a w8a8 one weighs half the bf16)."""
+    path = Path(config.args.get("model") or config.model)
     return path if path.is_dir() else None

@@ -64,14 +64,44 @@ def test_shipped_space_drops_a_graph_mode_the_installed_version_lacks(
     restricted, notes = restrict_to_host(space, HostFacts(ascend_version="0.11.0"))
     graph = restricted.parameters[graph_mode_index()]
     assert isinstance(graph, CategoricalParam) and graph.choices == [None, "FULL_DECODE_ONLY"]
-    assert notes == [
+    graph_line = (
         "search space ascend: dropped graph_mode FULL before the study "
         "(compilation_config.cudagraph_mode: FULL needs vllm-ascend >= 0.12.0rc1 "
         "(installed: 0.11.0))"
+    )
+    assert graph_line in notes
+    _, newer = restrict_to_host(space, HostFacts(ascend_version="0.12.0rc1"))
+    assert not [n for n in newer if "graph_mode" in n]  # every mode runs there
+    _, unknown = restrict_to_host(space, HostFacts())  # no vllm-ascend here: no mode judged
+    assert not [n for n in unknown if "graph_mode" in n]
+
+
+def test_a_variant_checkpoint_that_is_not_here_is_dropped(
+    ascend_version: SetVersion, write_space: WriteSpace, tmp_path: Path
+) -> None:
+    """The shipped w8a8 path is an example to edit: where it does not exist, the variant is
+    dropped with one line instead of failing its trials at start-up."""
+    ascend_version(None)
+    here = tmp_path / "qwen-w8a8"
+    here.mkdir()
+    text = f"""
+platform: ascend
+variants:
+  bf16: {{model: null}}
+  w8a8: {{model: {here}, quantization: ascend}}
+  w4a8: {{model: /nonexistent/qwen-w4a8, quantization: ascend}}
+  hub: {{model: org/qwen-w8a8, quantization: ascend}}
+parameters:
+  - {{name: v, type: categorical, variants: true, choices: [bf16, w8a8, w4a8, hub],
+     baseline: bf16}}
+"""
+    space = load_space(write_space(text))
+    restricted, notes = restrict_to_host(space, HostFacts())
+    assert restricted.parameters[0].choices == ["bf16", "w8a8", "hub"]  # type: ignore[attr-defined]
+    assert notes == [
+        "search space space: dropped v w4a8 before the study "
+        "(model=/nonexistent/qwen-w4a8: no such checkpoint on this host)"
     ]
-    new, none = restrict_to_host(space, HostFacts(ascend_version="0.12.0rc1"))
-    assert none == [] and new is space  # every mode runs there
-    assert restrict_to_host(space, HostFacts())[1] == []  # no vllm-ascend here: nothing judged
 
 
 @pytest.mark.parametrize("version", ["0.12.0rc1", "0.13.0"])

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from autotune.devices import DeviceMemory
+from autotune.engine import EngineConfig
 from autotune.space import ModelInfo, load_space
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
 from autotune.study import Gate, Harness, LearnedRule, Proposal, SkipRule, Verdict
+from autotune.study._gate import local_model
 from study.test_runner import KV_SPACE
 
 GIB = 2**30
@@ -270,3 +272,14 @@ def test_gate_reads_nothing_and_records_nothing(tiny_model: Path, tmp_path: Path
     )
     first, second = gate.check(proposal), gate.check(proposal)
     assert first == second == Verdict(TrialStatus.PREDICTED_OOM, first.reason, SkipRule.OOM_ORDER)
+
+
+def test_the_estimate_reads_a_variants_own_checkpoint(tmp_path: Path) -> None:
+    """A w8a8 variant sets `model` among the options: its weights are what is loaded, not
+    the bf16 checkpoint the study names (half the bytes)."""
+    bf16, w8a8 = tmp_path / "bf16", tmp_path / "w8a8"
+    bf16.mkdir()
+    w8a8.mkdir()
+    assert local_model(EngineConfig(model=str(bf16), args={})) == bf16
+    assert local_model(EngineConfig(model=str(bf16), args={"model": str(w8a8)})) == w8a8
+    assert local_model(EngineConfig(model="org/hub-model", args={})) is None
