@@ -63,7 +63,7 @@ def profile(
         number = _chosen_trial(store, study, trial)
         record = _trial_record(store.trials(study), study, number)
         check_model(spec.model)
-        harness = build_harness(spec, lanes=False, host=worker_host())
+        harness = build_harness(spec, host=worker_host())  # leases as the trial did
         assert harness.plan is not None and harness.settings is not None
         plan = ProfilePlan(
             warmup=harness.plan.warmup,
@@ -72,7 +72,6 @@ def profile(
             hang_s=spec.engine.hang_timeout_s,
             deadline_s=spec.engine.benchmark_timeout_s,
         )
-        config = harness.engine_config(record.params)
         folder = layout.profile_dir(spec.study_dir, number)
         version = installed_vllm_version()
         console.print(
@@ -80,7 +79,7 @@ def profile(
             f"{len(plan.requests)} requests after {len(plan.warmup)} warm-up, into {folder}"
         )
         try:
-            with sigterm_as_interrupt():
+            with sigterm_as_interrupt(), harness.leased(record.params) as config:
                 summary = profile_config(config, plan, harness.settings, folder, number, version)
         except ProfileError as exc:
             err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)

@@ -347,7 +347,9 @@ def run_confirm(harness: Harness, store: StudyStore, top: int, rounds: int) -> N
         value = "-" if result.summary is None else f"{result.summary.output_throughput:,.0f} tok/s"
         console.print(f"  round {k + 1}: trial {number} {result.status} {value}")
 
-    confirmer = Confirmer(spec, harness.space, store, harness.measure, on_run=progress)
+    confirmer = Confirmer(
+        spec, harness.space, store, harness.measure, on_run=progress, configure=harness.leased
+    )
     with sigterm_as_interrupt():
         confirmer.run(top, rounds)
     print_confirm(console, store.study_attrs(spec.study))
@@ -376,7 +378,8 @@ def confirm(
         local = {"study": study, "root": root, "storage": storage}
         spec = load_spec(None, {**shared, **local})
         check_model(spec.model)
-        run_confirm(build_harness(spec, lanes=False, host=worker_host()), store, top, rounds)
+        # The devices `--devices` gave the trials, leased as theirs were (`Harness.leased`).
+        run_confirm(build_harness(spec, host=worker_host()), store, top, rounds)
 
 
 def _ids(pool: DevicePool) -> str:

@@ -24,11 +24,13 @@ import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from autotune import layout
 from autotune.drift import compared
+from autotune.engine import EngineConfig
 from autotune.selection import (
     CONFIRM_ATTR,
     InfeasibleError,
@@ -187,6 +189,9 @@ class Confirmer:
     store: StudyStore
     measure: Measure
     on_run: Callable[[int, int, int, Measurement], None] = lambda r, n, total, m: None
+    # The engine config of a candidate's params, on devices leased as the trials' were
+    # (`Harness.leased`); None: the host as a whole.
+    configure: Callable[[dict[str, Any]], AbstractContextManager[EngineConfig]] | None = None
 
     def run(self, top: int, rounds: int) -> dict[str, Any]:
         name = self.spec.study
@@ -215,9 +220,9 @@ class Confirmer:
         for k in range(rounds):
             for number in round_order(numbers, k):
                 trial = by_number[number]
-                config = trial_engine_config(self.spec, self.space, trial.params)
                 folder = layout.confirm_run_dir(self.spec.study_dir, stamp, k, number)
-                m = self.measure(config, folder)
+                with self._configured(trial.params) as config:
+                    m = self.measure(config, folder)
                 runs.append(self._run(k, number, m, metric))
                 self.on_run(k, number, len(runs), m)
                 self._keep({**result, **evaluate(runs, numbers, direction, base_number, rounds)})
@@ -225,6 +230,11 @@ class Confirmer:
         final["finished"] = _now()
         self._keep(final)
         return final
+
+    def _configured(self, params: dict[str, Any]) -> AbstractContextManager[EngineConfig]:
+        if self.configure is not None:
+            return self.configure(params)
+        return nullcontext(trial_engine_config(self.spec, self.space, params))
 
     def _run(self, k: int, number: int, m: Measurement, metric: str) -> ConfirmRun:
         value = m.summary.metric(metric) if m.ok and m.summary is not None else None

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,25 @@ class Harness:
         if self.pool is not None and self.pool.platform == "cpu":
             cores = lease.env["VLLM_CPU_OMP_THREADS_BIND"]
         return trial_engine_config(self.spec, self.space, params, lease.env, cores)
+
+    @contextmanager
+    def leased(self, params: dict[str, Any]) -> Iterator[EngineConfig]:
+        """The engine config of `params` on devices leased from the pool as a trial's are
+        (the devices `--devices` allows, tensor x pipeline parallel of them), held until the
+        block ends: for runs outside the study loop (the confirm step, a profile). Without a
+        pool: the host as a whole, as the trials had it."""
+        config = self.engine_config(params)
+        if self.pool is None:
+            yield config
+            return
+        with self.pool.acquire(devices_needed(config)) as lease:
+            yield self.engine_config(params, lease)
+
+
+def devices_needed(config: EngineConfig) -> int:
+    """How many devices a config's engine uses: tensor x pipeline parallel."""
+    args = config.args
+    return int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
 
 
 def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None) -> Harness:

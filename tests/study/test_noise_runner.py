@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.bench import RequestRecord, summarize
+from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
 from autotune.selection import CONFIRM_ATTR, confirmed_winner, pareto_front, pick, study_objectives
 from autotune.space import SearchSpace
@@ -204,3 +205,26 @@ def test_records_spread_makes_the_pick_conservative() -> None:
     )
     objectives = [("output_throughput", "maximize"), ("p99_ttft_ms", "minimize")]
     assert pick([steady, lucky], objectives, "max-throughput").number == 1
+
+
+def test_the_confirm_step_leases_devices_as_the_trials_did(
+    make_spec, space: SearchSpace, tmp_path: Path
+) -> None:
+    """With a pool (`--devices 4,5`), every confirm run is shown only a leased device, one at
+    a time, and gives it back; before, it ran on whatever the host showed."""
+    store, spec = noisy_study(make_spec, space, 0, tmp_path)
+    seen: list[str] = []
+
+    class Watching(NoisyMeasure):
+        def __call__(self, config: EngineConfig, trial_dir: Path) -> Measurement:
+            seen.append(config.env.get("CUDA_VISIBLE_DEVICES", "whole host"))
+            return super().__call__(config, trial_dir)
+
+    pool = DevicePool([4, 5], platform="cuda")
+    harness = Harness(spec, space, Watching(random.Random(7)), pool=pool)
+    Confirmer(spec, space, store, harness.measure, configure=harness.leased).run(top=2, rounds=2)
+    assert seen and all(d in ("4", "5") for d in seen), seen
+    assert pool.free == [4, 5]  # every lease given back
+    seen.clear()
+    Confirmer(spec, space, store, Watching(random.Random(8))).run(top=2, rounds=1)
+    assert seen and all(d == "whole host" for d in seen)  # no pool: the host as a whole
