@@ -55,6 +55,9 @@ from autotune.status import TrialStatus
 logger = logging.getLogger(__name__)
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+# torch_npu's profiler (vllm-ascend) writes each worker's parsed timeline, a Chrome trace, as
+# `<worker>_<pid>_<time>_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json` under the folder.
+ASCEND_TRACE = "ASCEND_PROFILER_OUTPUT/trace_view.json"
 FRONTEND_MARK = ".async_llm"  # the API server's own trace (AsyncLLM), beside the worker's
 _OWN_FILES = (layout.PROFILER_TABLE, layout.ENGINE_LOG, layout.REQUESTS, layout.PROFILE_SUMMARY)
 
@@ -151,15 +154,22 @@ def _post(url: str, path: str, timeout_s: float, mechanism: Mechanism, version: 
 
 
 def trace_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES))
+    """The traces in `folder`: torch's at its top, torch_npu's in its `*_ascend_pt/` folders."""
+    top = [p for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES)]
+    return sorted([*top, *folder.glob(f"*_ascend_pt/{ASCEND_TRACE}")])
+
+
+def _label(path: Path) -> str:
+    """What names a trace's process: its file name, or torch_npu's `*_ascend_pt` folder."""
+    return path.parents[1].name if path.name == Path(ASCEND_TRACE).name else path.name
 
 
 def main_trace(paths: Sequence[Path]) -> Path | None:
     """The worker's trace: rank 0's, else the largest one that is not the API server's."""
-    workers = [p for p in paths if FRONTEND_MARK not in p.name]
+    workers = [p for p in paths if FRONTEND_MARK not in _label(p)]
     if not workers:
         return None
-    ranked = [p for p in workers if p.name.startswith("rank0")] or workers
+    ranked = [p for p in workers if _label(p).startswith("rank0")] or workers
     return max(ranked, key=lambda p: p.stat().st_size)
 
 
@@ -170,16 +180,16 @@ def wait_for_trace(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
-    """The name of the main trace once it is written whole: readable, and its size unchanged
+    """The main trace (its path in `folder`) once it is written whole: readable, its size unchanged
     between two looks (the profiler may still flush after `/stop_profile` answers)."""
     deadline = clock() + timeout_s
     last: tuple[str, int] | None = None
     while True:
         found = main_trace(trace_files(folder))
         if found is not None:
-            now = (found.name, found.stat().st_size)
+            now = (str(found), found.stat().st_size)
             if now == last and now[1] > 0 and _readable(found):
-                return found.name
+                return str(found.relative_to(folder))
             last = now
         if clock() > deadline:
             what = "was never written whole" if found else "appeared"

@@ -18,6 +18,7 @@ from autotune.study._profile import (
     main_trace,
     profile_config,
     summarize_trace,
+    trace_files,
     wait_for_trace,
 )
 
@@ -138,3 +139,18 @@ def test_a_trace_without_step_marks_has_no_phases_and_says_why(tmp_path: Path) -
     assert summary["phases"] is None and "per-step marks" in summary["phases_note"]
     assert summary["top_ops"] == [{"name": "aten::mm", "self_ms": 0.005, "share": 1.0}]
     assert summary["created"].endswith("+00:00")
+
+
+def test_an_npu_trace_is_found_in_its_ascend_pt_folder(tmp_path: Path) -> None:
+    """torch_npu writes `<worker>_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json` (a Chrome
+    trace in array form), not a file at the folder's top."""
+    events = [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 5, "pid": 1, "tid": 1}]
+    worker = tmp_path / "worker_0_4242_20260101_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    worker.mkdir(parents=True)
+    (worker / "trace_view.json").write_text(json.dumps(events))
+    front = tmp_path / "x.async_llm_1_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    front.mkdir(parents=True)
+    (front / "trace_view.json").write_text(json.dumps(events * 50))  # larger, but the server's
+    found = wait_for_trace(tmp_path, 10, poll_s=0, sleep=lambda s: None)
+    assert found == "worker_0_4242_20260101_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"
+    assert len(trace_files(tmp_path)) == 2
