@@ -218,13 +218,14 @@ class TrialRunner:
 
     def _judge(self, study: optuna.Study, trial: Trial) -> Judge | None:
         """Early stopping for this trial (with `prune`): against the front as it is now.
-        Never for the baseline (what users run today is measured in full) nor a capacity
-        search (its levels are its own search)."""
+        Never for the baseline (what users run today is measured in full), a re-measure (it
+        runs a front config again, for the drift: judged against itself it would be cut short
+        on a slower host) nor a capacity search (its levels are its own search)."""
         spec = self.spec
         total = self.harness.requests_per_run
         if not spec.prune or spec.capacity is not None or total <= 0:
             return None
-        if trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
+        if trial.user_attrs.get(keys.ROLE) in (keys.ROLE_BASELINE, keys.ROLE_REMEASURE):
             return None
         objectives = [(o.metric, o.direction) for o in spec.objectives]
         records = [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]

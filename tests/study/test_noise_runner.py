@@ -74,6 +74,20 @@ def test_pruned_trials_are_recorded_apart_and_save_device_time(
     assert result.measured + result.pruned + result.failed == 8
 
 
+def test_a_re_measure_is_never_cut_short(make_spec, space: SearchSpace) -> None:
+    """A re-measure runs a front config again for the drift: judged against the front (itself
+    among it) it could be pruned on a slower host, and teach nothing."""
+    spec = make_spec(
+        trials=8, prune=True, search="goal", remeasure="on", slos={"p99_ttft_ms": 400.0}
+    )
+    store = StudyStore(spec.storage_url)
+    m = JudgedMeasure()
+    StudyRunner(Harness(spec, space, m, requests_per_run=REQUESTS), store).run()
+    again = [t for t in store.trials(spec.study) if t.role == "remeasure"]
+    assert again and all(t.metrics["completed"] == REQUESTS for t in again)
+    assert len(m.unjudged) == 1 + len(again)  # the baseline and the re-measures: in full
+
+
 # --- the confirm step ---
 
 TRUE = {128: 100.0, 64: 97.0, 16: 90.0}  # a config's true throughput, by max_num_seqs
