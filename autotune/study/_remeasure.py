@@ -20,8 +20,8 @@ the budget early: docs/benchmarks.md has both.
 
 Its runs then tell the host's drift apart from the configs (`autotune.drift.fit_drift`);
 selection compares every config as at the study's start, its runs merged, and the sampler
-(`DriftAwareSampler`) is told the same corrected values. benchmarks/sim measures what this
-buys (docs/benchmarks.md).
+(`DriftAwareSampler`) is told the corrected objective values (constraints as measured).
+benchmarks/sim measures what this buys (docs/benchmarks.md).
 """
 
 from __future__ import annotations
