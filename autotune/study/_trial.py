@@ -123,7 +123,9 @@ class TrialRunner:
                 config = self.harness.engine_config(params, lease)
                 worker = self._worker(lane, format_device_list(lease.ids))
                 self.recorder.leased(trial, lease.env, worker)
-            self.emit(TrialStarted(trial.number, slot, self.spec.trials, description))
+            again = trial.user_attrs.get(keys.REMEASURE_OF)
+            shown = description if again is None else f"{description} (again: trial {again})"
+            self.emit(TrialStarted(trial.number, slot, self.spec.trials, shown))
             judge = self._judge(study, trial)
             if judge is None:
                 measurement = self.harness.measure(config, trial_dir)

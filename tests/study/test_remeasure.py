@@ -13,7 +13,7 @@ from autotune.export import choose_export
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
-from autotune.study import Harness, Measurement, StudyRunner
+from autotune.study import Harness, Measurement, StudyRunner, TrialStarted
 from autotune.study._remeasure import SHARE
 
 MakeSpec = Callable[..., TuneSpec]
@@ -32,6 +32,7 @@ class DriftingHost:
         self.summary_of = summary_of
         self.clock_s = 0.0
         self.calls: list[EngineConfig] = []
+        self.events: list[object] = []
 
     def speed(self, t: float) -> float:
         return math.exp(-0.04 * t / 100.0)
@@ -49,7 +50,7 @@ def study(
 ) -> list[TrialRecord]:
     spec = make_spec(trials=12, search="goal", sampler="random", seed=3, **fields)
     store = StudyStore(spec.storage_url)
-    StudyRunner(Harness(spec, space, host), store).run()
+    StudyRunner(Harness(spec, space, host), store, host.events.append).run()
     return store.trials(spec.study)
 
 
@@ -70,9 +71,11 @@ def test_the_incumbent_is_measured_again_and_export_corrects_the_drift(
     again = [t for t in launched if t.role == keys.ROLE_REMEASURE]
     assert 1 <= len(again) <= int(12 * SHARE)
     by_number = {t.number: t for t in trials}
+    started = {e.number: e.description for e in host.events if isinstance(e, TrialStarted)}
     for t in again:  # a re-measure runs a measured config again, on purpose: not a duplicate
         assert t.remeasure_of is not None and by_number[t.remeasure_of].params == t.params
         assert t.status == "ok" and t.measured_at is not None
+        assert started[t.number].endswith(f"(again: trial {t.remeasure_of})")  # as the CLI shows
     best_truth = max(truth(t.params) for t in launched)
     chosen = deployed(trials)
     assert truth(chosen.params) == best_truth
