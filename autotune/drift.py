@@ -27,10 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.bench import THROUGHPUTS
+from autotune.bench import RATES
 from autotune.store import TrialRecord
 
-RATES = frozenset({*THROUGHPUTS, "capacity_rps"})  # a slower host delivers less of these
 RIDGE = 0.01  # on the drift terms (s in [0, 1]): small, it only keeps few repeats stable
 MAX_SPEED_RATIO = 2.0  # a fitted drift is clipped to within 2x either way
 

@@ -7,6 +7,7 @@ from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
 from autotune.bench._load import LoadProfile
 from autotune.bench._metrics import (
     METRIC_NAMES,
+    RATES,
     THROUGHPUTS,
     Stats,
     Summary,
@@ -28,6 +29,7 @@ from autotune.bench._workload import (
 
 __all__ = [
     "METRIC_NAMES",
+    "RATES",
     "THROUGHPUTS",
     "Abort",
     "AbortKind",

@@ -12,6 +12,8 @@ from autotune.bench._records import RequestRecord
 STATS = ("mean", "p50", "p90", "p99")
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
 THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "goodput")
+# Metrics that are rates (more is better; a slower host delivers less of them).
+RATES = frozenset({*THROUGHPUTS, "capacity_rps"})
 METRIC_NAMES: tuple[str, ...] = (
     *THROUGHPUTS,
     "capacity_rps",

@@ -132,3 +132,12 @@ def _process_row(cells: list[str], has_container_pid: bool, info: NpuSmiInfo) ->
             container_pid=container_pid,
         )
     )
+
+
+def logical_chips(devices: list[NpuDevice]) -> list[tuple[int, NpuDevice]]:
+    """(logical id, chip) in listing order: the NPU id where each NPU has one chip (A2), the
+    chip's place in the listing where NPUs have several (A3): what ASCEND_RT_VISIBLE_DEVICES
+    takes, and how the device pool numbers them."""
+    chips = sorted(devices, key=lambda d: (d.npu, d.chip))
+    one_chip_each = len({d.npu for d in chips}) == len(chips)
+    return [(d.npu if one_chip_each else k, d) for k, d in enumerate(chips)]

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
+from autotune.devices._ascend import NPU_SMI_INFO, logical_chips, parse_npu_smi_info
 from autotune.devices._cpu import cpu_memory
 from autotune.devices._inventory import Device, DeviceError, DeviceKind, Inventory
 from autotune.devices._numa import (
@@ -75,17 +75,14 @@ def discover(
 
 
 def _ascend_inventory(run: Runner, root: Path) -> Inventory:
-    chips = sorted(
-        parse_npu_smi_info(run(list(NPU_SMI_INFO))).devices, key=lambda d: (d.npu, d.chip)
-    )
+    chips = logical_chips(parse_npu_smi_info(run(list(NPU_SMI_INFO))).devices)
     # One chip per NPU (A2): the NPU id is the logical id. Several (A3): logical ids follow the
     # listing, and the topology matrix, which names NPUs, does not map onto chips: it is not used.
-    one_chip_each = len({d.npu for d in chips}) == len(chips)
+    one_chip_each = len({chip.npu for _, chip in chips}) == len(chips)
     topology = _topology(run, NPU_SMI_TOPO) if one_chip_each else None
     nodes = numa_cpus(root)
     devices = []
-    for index, chip in enumerate(chips):
-        device_id = chip.npu if one_chip_each else index
+    for device_id, chip in chips:
         name = chip.name if one_chip_each else f"{chip.name} (NPU {chip.npu} chip {chip.chip})"
         memory = (chip.hbm_total_bytes, chip.hbm_used_bytes)
         devices.append(_accelerator(device_id, name, "npu", memory, topology, nodes))

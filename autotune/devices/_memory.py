@@ -7,7 +7,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
+from autotune.devices._ascend import NPU_SMI_INFO, logical_chips, parse_npu_smi_info
 from autotune.devices._cpu import cpu_memory
 from autotune.devices._nvidia import (
     NVIDIA_COMPUTE_CAP_QUERY,
@@ -91,12 +91,9 @@ def _gpus(run: Runner) -> dict[int, DeviceMemory | None]:
 
 
 def _npus(run: Runner) -> dict[int, DeviceMemory | None]:
-    """By the pool's ids: the NPU id with one chip each (A2), else the listing order (A3)."""
-    chips = sorted(
-        parse_npu_smi_info(_output(run, list(NPU_SMI_INFO))).devices, key=lambda d: (d.npu, d.chip)
-    )
-    one_chip_each = len({d.npu for d in chips}) == len(chips)
-    return {(d.npu if one_chip_each else k): d.memory() for k, d in enumerate(chips)}
+    """By the pool's ids (`logical_chips`)."""
+    devices = parse_npu_smi_info(_output(run, list(NPU_SMI_INFO))).devices
+    return {i: d.memory() for i, d in logical_chips(devices)}
 
 
 def _output(run: Runner, argv: list[str]) -> str:

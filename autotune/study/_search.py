@@ -18,14 +18,12 @@ import logging
 
 import optuna
 
+from autotune.bench import RATES
 from autotune.space import SearchSpace, memory_order
 from autotune.spec import Objective, TuneSpec
 from autotune.study._guided import GuidedSampler
 from autotune.study._remeasure import DriftAwareSampler, remeasure_on
 
-THROUGHPUT_METRICS = frozenset(
-    {"output_throughput", "total_throughput", "request_throughput", "goodput", "capacity_rps"}
-)
 logger = logging.getLogger(__name__)
 
 # Chosen by benchmarks/search_efficiency.py --landscape (docs/benchmarks.md): on the simulated
@@ -77,7 +75,7 @@ def _base_sampler(spec: TuneSpec, space: SearchSpace, seed: int) -> optuna.sampl
     if name == "guided":
         up = [p.name for p in space.parameters if memory_order(p) == "up"]
         first = spec.objectives[0]
-        prefer_up = first.metric in THROUGHPUT_METRICS and first.direction == "maximize"
+        prefer_up = first.metric in RATES and first.direction == "maximize"
         return GuidedSampler(space.distributions(), up=up, prefer_up=prefer_up, seed=seed)
     return optuna.samplers.TPESampler(
         seed=seed, multivariate=True, constant_liar=True, n_startup_trials=4
