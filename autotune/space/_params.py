@@ -39,6 +39,15 @@ def _on_grid(value: float, low: float, step: float) -> bool:
     return math.isclose(k, round(k), rel_tol=0.0, abs_tol=_FLOAT_TOLERANCE * max(1.0, abs(k)))
 
 
+def _decimals(number: float) -> int:
+    """Digits after the point in the shortest spelling of `number` (0.01 -> 2, 1e-05 -> 5)."""
+    text = repr(float(number))
+    if "e" in text:
+        mantissa, _, exponent = text.partition("e")
+        return max(0, len(mantissa.partition(".")[2].rstrip("0")) - int(exponent))
+    return len(text.partition(".")[2].rstrip("0"))
+
+
 def format_value(value: Any) -> str:
     """A short human spelling of a parameter value (YAML-like)."""
     if value is None:
@@ -209,6 +218,13 @@ class FloatParam(_ParamBase):
 
     def suggest(self, trial: BaseTrial) -> Any:
         return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
+
+    def engine_value(self, value: Any) -> Any:
+        """On a step grid, the grid's spelling: Optuna gives 0.8 + 4 * 0.01 as
+        0.8400000000000001, which would land in the exported YAML as it is."""
+        if self.step is not None and isinstance(value, float):
+            value = round(value, max(_decimals(self.step), _decimals(self.low)))
+        return super().engine_value(value)
 
     def contains(self, value: Any) -> bool:
         # Optuna's own check is exact; a YAML 0.9 on a 0.01 grid from 0.8 needs a tolerance.

@@ -66,6 +66,17 @@ def test_float_baseline_on_step_grid_with_rounding(write_space: WriteSpace) -> N
     assert load_space(write_space(BASE)).baseline_params()["util"] == 0.7
 
 
+def test_a_step_grid_value_reaches_the_engine_as_the_grid_spells_it(
+    write_space: WriteSpace,
+) -> None:
+    # Optuna's grid values are low + k * step in binary: on a 0.01 grid from 0.8 it gives
+    # 0.8400000000000001, which the exported YAML spelled so.
+    space = load_space(write_space(BASE))
+    params = space.baseline_params() | {"util": 0.7000000000000001}
+    assert params["util"] != 0.7
+    assert space.to_engine(params)[0]["gpu_memory_utilization"] == 0.7
+
+
 def test_to_engine_rejects_missing_unknown_and_invalid_params(write_space: WriteSpace) -> None:
     space = load_space(write_space(BASE))
     params = space.baseline_params()
