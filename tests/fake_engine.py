@@ -16,7 +16,10 @@ Unknown flags are ignored. Timing is simulated: at most `max-num-seqs` requests 
 - FAKE_ENGINE_DIE_AFTER=N: after N tokens in all, log the time and SIGKILL its process group;
 - FAKE_ENGINE_CHILD=1: start a child process (as vLLM's engine core) that maps a shared-memory
   segment, so that teardown and shared-memory cleanup have something real to do;
-- FAKE_ENGINE_STEP_S: base decode step (0.002).
+- FAKE_ENGINE_STEP_S: base decode step (0.002);
+- SIM_DEVICES=DIR: run on the simulated multi-device host of tests/sim_devices.py: take
+  gpu_memory_utilization of each visible device's memory at start-up (vLLM's error, and exit 1,
+  when it is not free) and give it back on exit.
 Standard library and PyYAML only; every response closes its connection.
 """
 
@@ -30,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -223,13 +227,34 @@ def main() -> None:
     if kv_bytes > int(os.environ.get("FAKE_ENGINE_OOM_ABOVE") or 2**62):
         print(CPU_KV_OOM.format(pid=os.getpid(), gib=kv_bytes / 2**30), file=sys.stderr, flush=True)
         sys.exit(1)
+    sim = sim_host(config)
     child = start_child(args.config) if os.environ.get("FAKE_ENGINE_CHILD") else None
     try:
         asyncio.run(serve(config, host, port))
     finally:
+        if sim is not None:
+            sim.release(Path(os.environ["SIM_DEVICES"]))
         if child is not None:  # as vLLM's server stops its engine core on SIGTERM
             child.terminate()
             child.wait()
+
+
+def sim_host(config: dict[str, Any]) -> Any:
+    """tests/sim_devices.py once this engine holds its devices' memory; None off the sim."""
+    if not os.environ.get("SIM_DEVICES"):
+        return None
+    import sim_devices  # beside this file
+
+    error = sim_devices.allocate(
+        Path(os.environ["SIM_DEVICES"]),
+        dict(os.environ),
+        int(config.get("tensor_parallel_size", 1)),
+        float(config.get("gpu_memory_utilization", 0.92)),
+    )
+    if error is not None:
+        print(f"(EngineCore_DP0 pid={os.getpid()}) ERROR [core.py] {error}", file=sys.stderr)
+        sys.exit(1)
+    return sim_devices
 
 
 def start_child(tag: str | None) -> subprocess.Popen[bytes]:
