@@ -19,7 +19,10 @@ Unknown flags are ignored. Timing is simulated: at most `max-num-seqs` requests 
 - FAKE_ENGINE_STEP_S: base decode step (0.002);
 - SIM_DEVICES=DIR: run on the simulated multi-device host of tests/sim_devices.py: take
   gpu_memory_utilization of each visible device's memory at start-up (vLLM's error, and exit 1,
-  when it is not free) and give it back on exit.
+  when it is not free) and give it back on exit;
+- FAKE_ENGINE_TORCH=1: hold gpu_memory_utilization of each of the first tensor_parallel_size
+  visible CUDA devices' memory with torch (scripts/gpu_check.py, on a real GPU): torch's own
+  OutOfMemoryError when it does not fit.
 Standard library and PyYAML only; every response closes its connection.
 """
 
@@ -228,12 +231,14 @@ def main() -> None:
         print(CPU_KV_OOM.format(pid=os.getpid(), gib=kv_bytes / 2**30), file=sys.stderr, flush=True)
         sys.exit(1)
     sim = sim_host(config)
+    held = torch_memory(config) if os.environ.get("FAKE_ENGINE_TORCH") and not sim else None
     child = start_child(args.config) if os.environ.get("FAKE_ENGINE_CHILD") else None
     try:
         asyncio.run(serve(config, host, port))
     finally:
         if sim is not None:
             sim.release(Path(os.environ["SIM_DEVICES"]))
+        del held
         if child is not None:  # as vLLM's server stops its engine core on SIGTERM
             child.terminate()
             child.wait()
@@ -255,6 +260,22 @@ def sim_host(config: dict[str, Any]) -> Any:
         print(f"(EngineCore_DP0 pid={os.getpid()}) ERROR [core.py] {error}", file=sys.stderr)
         sys.exit(1)
     return sim_devices
+
+
+def torch_memory(config: dict[str, Any]) -> list[Any]:
+    """Tensors holding gpu_memory_utilization of each device's total, as vLLM's workers do."""
+    import torch
+
+    count = torch.cuda.device_count()
+    util = float(config.get("gpu_memory_utilization", 0.92))
+    held = []
+    for i in range(min(int(config.get("tensor_parallel_size", 1)), count)):
+        props = torch.cuda.get_device_properties(i)
+        uuid = str(getattr(props, "uuid", ""))
+        log(f"visible: {count} device(s); cuda:{i} is {props.name} GPU-{uuid} (torch)")
+        held.append(torch.empty(int(util * props.total_memory), dtype=torch.uint8, device=i))
+        torch.cuda.synchronize(i)
+    return held
 
 
 def start_child(tag: str | None) -> subprocess.Popen[bytes]:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 SMI_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "smi"
 MIB = 2**20
+_NAMES = {"ascend": "910B3", "cuda": "NVIDIA A10G"}
 FREE_MEMORY_ERROR = (
     "ValueError: Free memory on device ({free:.2f}/{total:.2f} GiB) on startup is less than "
     "desired GPU memory utilization ({util}, {want:.2f} GiB). Decrease GPU memory utilization or "
@@ -158,6 +159,9 @@ def allocate(state: Path, env: dict[str, str], tp: int, util: float) -> str | No
         engine = {"pid": os.getpid(), "devices": devices, "tp": tp, "visible": env.get(var),
                   "mib": want - host.idle_mib, "alloc_t": time.time(), "free_t": None}  # fmt: skip
         _write(state, engine)
+    print(f"visible: {len(visible or range(host.count))} device(s); " + ", ".join(
+        f"cuda:{k} is {_NAMES[host.platform]} {_uuid(d)}" for k, d in enumerate(devices)
+    ) + " (simulated)", file=sys.stderr, flush=True)  # fmt: skip
     return None
 
 

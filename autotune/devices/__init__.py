@@ -28,7 +28,7 @@ from autotune.devices._nvidia import (
 )
 from autotune.devices._pool import DevicePool, Lease
 from autotune.devices._records import DeviceMemory, DeviceProcess, SmiParseError
-from autotune.devices._release import ReleaseResult, run_tool, wait_released
+from autotune.devices._release import ReleaseResult, process_reader, run_tool, wait_released
 from autotune.devices._selection import (
     discover_selected,
     format_device_list,
@@ -75,6 +75,7 @@ __all__ = [
     "parse_nvidia_gpus",
     "parse_topology",
     "plan_lanes",
+    "process_reader",
     "run_tool",
     "select_devices",
     "split_cpu",
