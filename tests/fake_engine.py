@@ -61,8 +61,14 @@ STEP_PER_SEQ_S = STEP_S / 20  # extra step time per running sequence
 PREFILL_PER_TOKEN_S = STEP_S / 200
 
 
+BLOCK_CHARS = 64  # a prefix-cache block: 16 tokens of 4 characters
+
+
 class Engine:
     def __init__(self, config: dict[str, Any]) -> None:
+        self.caching = config.get("enable_prefix_caching", True) not in (False, "false")
+        self.blocks: set[int] = set()  # hashes of the prompt prefixes cached, block by block
+        self.counters = {"prefix_cache_queries": 0, "prefix_cache_hits": 0}
         self.max_num_seqs = int(config.get("max_num_seqs", 128))
         self.names = {str(config.get("served_model_name") or config.get("model", "fake"))}
         self.slots = asyncio.Semaphore(self.max_num_seqs)
@@ -72,9 +78,31 @@ class Engine:
     def step_s(self) -> float:
         return STEP_S + STEP_PER_SEQ_S * self.running
 
+    def look_up(self, prompt: str | list[int], tokens: int) -> None:
+        """Count the prompt's tokens found in the prefix cache, as vLLM's counters do: whole
+        blocks from the start that an earlier prompt had; then cache its blocks."""
+        if not self.caching:
+            return
+        text = prompt if isinstance(prompt, str) else ",".join(map(str, prompt))
+        blocks = [hash(text[: BLOCK_CHARS * (k + 1)]) for k in range(len(text) // BLOCK_CHARS)]
+        hit = next((k for k, b in enumerate(blocks) if b not in self.blocks), len(blocks))
+        self.counters["prefix_cache_queries"] += tokens
+        self.counters["prefix_cache_hits"] += min(tokens, hit * tokens * BLOCK_CHARS // len(text))
+        self.blocks.update(blocks)
+
+    def metrics(self) -> str:
+        """The prefix-cache counters in vLLM's Prometheus exposition."""
+        name = next(iter(self.names))
+        lines = []
+        for key, value in self.counters.items():
+            labels = f'engine="0",model_name="{name}"'
+            lines += [f"# TYPE vllm:{key}_total counter", f"vllm:{key}_total{{{labels}}} {value}.0"]
+        return "\n".join(lines) + "\n"
+
     async def complete(self, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
         prompt = body.get("prompt", "")
         prompt_tokens = len(prompt) if isinstance(prompt, list) else max(1, len(prompt) // 4)
+        self.look_up(prompt, prompt_tokens)
         max_tokens = int(body.get("max_tokens") or 16)
         created = int(time.time())
         await respond(writer, 200, None, stream=True)
@@ -151,6 +179,11 @@ async def handle(
         if method == "GET" and path == "/health":
             ready = not os.environ.get("FAKE_ENGINE_NEVER_READY")
             await respond(writer, 200 if ready else 503, None)
+        elif method == "GET" and path == "/metrics":
+            text = engine.metrics().encode()
+            head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+            writer.write(f"{head}Content-Length: {len(text)}\r\n\r\n".encode() + text)
+            await writer.drain()
         elif method == "GET" and path == "/version":
             await respond(writer, 200, {"version": "0.0-fake"})
         elif method == "GET" and path == "/v1/models":

@@ -3,10 +3,13 @@ records and their aggregation. Metric definitions: docs/metrics.md."""
 
 from autotune.bench._capacity import Capacity, CapacitySearch, find_capacity
 from autotune.bench._client import LoadClient, OpenAICompletionsClient, StreamError, run_benchmark
+from autotune.bench._counters import EngineCounters, parse_counters, rates, with_rates
 from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
 from autotune.bench._load import LoadProfile
 from autotune.bench._metrics import (
+    ENGINE_RATES,
     METRIC_NAMES,
+    OPTIONAL,
     RATES,
     THROUGHPUTS,
     Stats,
@@ -22,13 +25,16 @@ from autotune.bench._workload import (
     JsonlWorkload,
     RandomWorkload,
     RequestSpec,
+    SharedPrefixWorkload,
     Workload,
     WorkloadError,
     parse_workload,
 )
 
 __all__ = [
+    "ENGINE_RATES",
     "METRIC_NAMES",
+    "OPTIONAL",
     "RATES",
     "THROUGHPUTS",
     "Abort",
@@ -36,6 +42,7 @@ __all__ = [
     "BenchmarkAborted",
     "Capacity",
     "CapacitySearch",
+    "EngineCounters",
     "Guard",
     "JsonlWorkload",
     "LoadClient",
@@ -44,6 +51,7 @@ __all__ = [
     "RandomWorkload",
     "RequestRecord",
     "RequestSpec",
+    "SharedPrefixWorkload",
     "Stats",
     "StreamError",
     "Summary",
@@ -52,11 +60,14 @@ __all__ = [
     "build_requests",
     "find_capacity",
     "median_summary",
+    "parse_counters",
     "parse_workload",
     "percentile",
+    "rates",
     "read_records",
     "run_benchmark",
     "spread",
     "summarize",
+    "with_rates",
     "write_records",
 ]

@@ -29,7 +29,8 @@ class LoadClient(Protocol):
     """Sends requests under a load profile and returns one record per measured request.
 
     Contract: `warmup` requests are sent first under the same profile, awaited, and left out
-    of the result; the result holds one record per request of `requests`, in their order
+    of the result, and `before_measured` (when given) is called between the two; the result
+    holds one record per request of `requests`, in their order
     (`record.index` is the position); a failed request becomes a record with `error` set, and
     `run` never raises for a request's failure. With a `guard`, the run stops as soon as the
     guard says so (a dead engine, a hang, an overrun) and raises `BenchmarkAborted` holding the
@@ -43,6 +44,7 @@ class LoadClient(Protocol):
         *,
         warmup: Sequence[RequestSpec] = (),
         guard: Guard | None = None,
+        before_measured: Callable[[], None] | None = None,
     ) -> list[RequestRecord]: ...
 
 
@@ -158,6 +160,7 @@ class OpenAICompletionsClient:
         *,
         warmup: Sequence[RequestSpec] = (),
         guard: Guard | None = None,
+        before_measured: Callable[[], None] | None = None,
     ) -> list[RequestRecord]:
         http = self._open(profile.request_timeout_s)
         started = self._clock()
@@ -169,6 +172,8 @@ class OpenAICompletionsClient:
                 if failed:
                     logger.warning("%d of %d warm-up requests failed", failed, len(warm))
             self._judged = True  # the guard's judge sees measured requests only
+            if before_measured is not None:
+                before_measured()
             return await self._guarded(http, requests, profile, guard, started)
         finally:
             await http.close()
@@ -298,17 +303,22 @@ def run_benchmark(
     clock: Clock = time.perf_counter,
     transport: httpx.AsyncBaseTransport | None = None,
     guard: Guard | None = None,
+    before_measured: Callable[[], None] | None = None,
 ) -> list[RequestRecord]:
     """Run warm-up then measured requests against `base_url`; one record per measured request.
 
-    With a `guard`, raises `BenchmarkAborted` the moment it trips (see `LoadClient`).
+    With a `guard`, raises `BenchmarkAborted` the moment it trips (see `LoadClient`);
+    `before_measured` is called once the warm-up is over (`EngineCounters.start`).
 
     The garbage collector is paused for the run: a full collection over a large heap stalls the
     event loop for long enough that whole streams are read, and stamped, at once.
     """
     client = OpenAICompletionsClient(base_url, model, clock=clock, transport=transport)
     with _gc_paused():
-        return asyncio.run(client.run(requests, profile, warmup=warmup, guard=guard))
+        run = client.run(
+            requests, profile, warmup=warmup, guard=guard, before_measured=before_measured
+        )
+        return asyncio.run(run)
 
 
 @contextmanager

@@ -14,10 +14,15 @@ LATENCIES = ("ttft", "tpot", "itl", "e2e")
 THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "goodput")
 # Metrics that are rates (more is better; a slower host delivers less of them).
 RATES = frozenset({*THROUGHPUTS, "capacity_rps"})
+# What the engine counted over the measured requests (bench._counters); None: not counted.
+ENGINE_RATES = ("prefix_cache_hit_rate", "spec_acceptance_rate", "spec_acceptance_length")
+# Metrics a run may not have: None in the Summary, left out where metrics are stored.
+OPTIONAL = ("capacity_rps", "peak_memory_gib", *ENGINE_RATES)
 METRIC_NAMES: tuple[str, ...] = (
     *THROUGHPUTS,
     "capacity_rps",
     "peak_memory_gib",
+    *ENGINE_RATES,
     "errors",
     "error_rate",
     *(f"{stat}_{latency}_ms" for latency in LATENCIES for stat in STATS),
@@ -63,6 +68,10 @@ class Summary(BaseModel):
     capacity_rps: float | None = None
     # Set by an offline trial: the engine's peak memory (see docs/metrics.md), GiB.
     peak_memory_gib: float | None = None
+    # From the engine's own counters over the measured requests (bench._counters).
+    prefix_cache_hit_rate: float | None = None
+    spec_acceptance_rate: float | None = None
+    spec_acceptance_length: float | None = None
 
     def metric(self, name: str) -> float:
         """A metric by its flat name (see METRIC_NAMES), e.g. `p99_ttft_ms`."""
@@ -72,8 +81,9 @@ class Summary(BaseModel):
             return float(self.errors)
         if name == "capacity_rps":
             return float(self.capacity_rps or 0.0)  # 0 when not searched (never NaN)
-        if name == "peak_memory_gib":
-            return math.nan if self.peak_memory_gib is None else float(self.peak_memory_gib)
+        if name == "peak_memory_gib" or name in ENGINE_RATES:
+            value = getattr(self, name)
+            return math.nan if value is None else float(value)
         if name == "error_rate":
             total = self.completed + self.errors
             return self.errors / total if total else 0.0
@@ -194,6 +204,8 @@ def median_summary(summaries: Sequence[Summary]) -> Summary:
         **stats,
         "capacity_rps": med(capacities) if capacities else None,
         "peak_memory_gib": max(peaks) if peaks else None,  # the highest: memory must fit
+        # Counted once over every run of the config: the runs share them.
+        **{name: getattr(summaries[0], name) for name in ENGINE_RATES},
     }
     return Summary.model_validate(fields)
 

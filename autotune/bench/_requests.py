@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.bench._dataset import read_dataset
-from autotune.bench._workload import JsonlWorkload, RandomWorkload, RequestSpec, WorkloadError
+from autotune.bench._workload import (
+    AnyWorkload,
+    JsonlWorkload,
+    RandomWorkload,
+    RequestSpec,
+    SharedPrefixWorkload,
+    WorkloadError,
+)
 
 # Random prompts use ids in [_FIRST_ID, vocab_size) except the special ids of config.json.
 _FIRST_ID = 0
@@ -16,15 +23,17 @@ _SPECIAL_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def build_requests(
-    workload: RandomWorkload | JsonlWorkload, model_path: str
+    workload: AnyWorkload, model_path: str
 ) -> tuple[list[RequestSpec], list[RequestSpec]]:
     """(warm-up requests, measured requests) of a workload; the same seed gives the same lists.
 
-    A random workload reads the vocabulary from `model_path`/config.json, so it needs a local
-    model folder; a JSONL workload ignores `model_path`.
+    A random or shared-prefix workload reads the vocabulary from `model_path`/config.json, so it
+    needs a local model folder; a JSONL workload ignores `model_path`.
     """
     if isinstance(workload, RandomWorkload):
         return _random_requests(workload, model_path)
+    if isinstance(workload, SharedPrefixWorkload):
+        return _shared_prefix_requests(workload, model_path)
     return _jsonl_requests(workload)
 
 
@@ -42,6 +51,31 @@ def _random_requests(
         prompt: str | list[int] = ids if tokenizer is None else _text_of(tokenizer, ids, pool, rng)
         specs.append(RequestSpec(prompt=prompt, max_tokens=n_out))
     return specs[: workload.warmup], specs[workload.warmup :]
+
+
+def _shared_prefix_requests(
+    workload: SharedPrefixWorkload, model_path: str
+) -> tuple[list[RequestSpec], list[RequestSpec]]:
+    """Group g's requests are prefix[g] + their own tokens; the last prefix is the warm-up's.
+    As text, a prefix is the same string in every request of its group, followed by a newline
+    and the request's own text, so the server tokenizes the prefix the same way each time."""
+    pool = token_pool(model_path)
+    tokenizer = _tokenizer(model_path) if workload.prompt_format == "text" else None
+    rng = random.Random(workload.seed)
+    prefix_ids = [rng.choices(pool, k=workload.prefix) for _ in range(workload.groups + 1)]
+    prefix_texts = [_text_of(tokenizer, ids, pool, rng) for ids in prefix_ids] if tokenizer else []
+    order = [i % workload.groups for i in range(workload.prompts)]
+    rng.shuffle(order)
+
+    def request(group: int) -> RequestSpec:
+        ids = rng.choices(pool, k=workload.input)
+        if tokenizer is None:
+            return RequestSpec(prompt=prefix_ids[group] + ids, max_tokens=workload.output)
+        text = prefix_texts[group] + "\n" + _text_of(tokenizer, ids, pool, rng)
+        return RequestSpec(prompt=text, max_tokens=workload.output)
+
+    warmup = [request(workload.groups) for _ in range(workload.warmup)]
+    return warmup, [request(group) for group in order]
 
 
 def _tokenizer(model_path: str) -> Any:

@@ -68,13 +68,43 @@ class JsonlWorkload(BaseModel):
     seed: int = Field(default=0, description="Seed of the shuffle that orders the entries")
 
 
-Workload = Annotated[RandomWorkload | JsonlWorkload, Field(discriminator="type")]
+class SharedPrefixWorkload(BaseModel):
+    """Requests in groups that share a system prompt (SGLang's generated-shared-prefix dataset):
+    `groups` random prefixes of `prefix` tokens; each request is one of them followed by its own
+    `input` random tokens. The measured requests are spread evenly over the groups, in a seeded
+    order, so that a group's later requests can find its prefix in the prefix cache that its first
+    one filled. Warm-up requests have a prefix of their own: they warm the engine, not the cache
+    of the measured groups.
+    """
 
-_ADAPTER: TypeAdapter[RandomWorkload | JsonlWorkload] = TypeAdapter(Workload)
-_TYPES = ("random", "jsonl")
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["shared-prefix"] = "shared-prefix"
+    groups: int = Field(default=8, ge=1, description="Distinct shared prefixes")
+    prefix: int = Field(default=512, ge=1, description="Tokens of each shared prefix")
+    input: int = Field(default=64, ge=1, description="Tokens of each request after its prefix")
+    output: int = Field(default=64, ge=1, description="Output tokens of each request")
+    prompts: int = Field(default=64, ge=1, description="Number of measured requests")
+    seed: int = Field(default=0, description="Seed of this workload's private RNG")
+    warmup: int = Field(default=2, ge=0, description="Warm-up requests, sent first, not measured")
+    prompt_format: Literal["text", "ids"] = Field(
+        default="text", description="Send text (tokenized by the server) or token ids"
+    )
 
 
-def parse_workload(source: str | Mapping[str, Any]) -> RandomWorkload | JsonlWorkload:
+AnyWorkload = RandomWorkload | JsonlWorkload | SharedPrefixWorkload
+Workload = Annotated[AnyWorkload, Field(discriminator="type")]
+
+_ADAPTER: TypeAdapter[AnyWorkload] = TypeAdapter(Workload)
+_KINDS: dict[str, type[BaseModel]] = {
+    "random": RandomWorkload,
+    "jsonl": JsonlWorkload,
+    "shared-prefix": SharedPrefixWorkload,
+}
+_TYPES = tuple(_KINDS)
+
+
+def parse_workload(source: str | Mapping[str, Any]) -> AnyWorkload:
     """A workload from its CLI form (`random:input=256,output=64`) or a dict (from YAML).
 
     Raises WorkloadError with a one-line message naming the offending key.
@@ -110,7 +140,7 @@ def _one_line(exc: ValidationError) -> str:
     loc = [str(part) for part in first["loc"] if part not in _TYPES]
     key = ".".join(loc) or "?"
     if first["type"] == "extra_forbidden":
-        kind = RandomWorkload if "random" in first["loc"] else JsonlWorkload
+        kind = next(model for name, model in _KINDS.items() if name in first["loc"])
         return f"unknown workload key {key!r}{did_you_mean(key, kind.model_fields)}"
     if first["type"] == "missing":
         return f"workload key {key!r} is required"

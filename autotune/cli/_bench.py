@@ -15,12 +15,14 @@ import typer
 
 from autotune.bench import (
     METRIC_NAMES,
+    EngineCounters,
     LoadProfile,
     RequestRecord,
     build_requests,
     parse_workload,
     run_benchmark,
     summarize,
+    with_rates,
     write_records,
 )
 from autotune.cli._common import CommandFailed, InputError, cli_errors, console, err_console
@@ -55,13 +57,16 @@ def bench(
         name = model or _served_model(url)
         warmup, requests = build_requests(parse_workload(workload), model_path or name)
         profile = LoadProfile(rate=rate, concurrency=concurrency)
+        counters = EngineCounters(url)
         with _held_warnings() as warnings:
-            records = run_benchmark(url, name, warmup, requests, profile)
+            records = run_benchmark(
+                url, name, warmup, requests, profile, before_measured=counters.start
+            )
         _write(records_out, lambda path: write_records(path, records))
         failed = Counter(" ".join(r.error.split()) for r in records if r.error is not None)
         if failed.total() == len(records):
             raise CommandFailed(f"no request to {url} completed: {_failures(failed, records)}")
-        summary = summarize(records, slos)
+        summary = with_rates(summarize(records, slos), counters.counted())
         _write(json_out, lambda path: path.write_text(summary.model_dump_json(indent=2) + "\n"))
         console.print_json(summary.model_dump_json())
         notes = [*warnings, _failures(failed, records)] if failed else warnings

@@ -22,6 +22,7 @@ from autotune.bench import (
     AbortKind,
     BenchmarkAborted,
     CapacitySearch,
+    EngineCounters,
     Guard,
     LoadProfile,
     RequestRecord,
@@ -33,6 +34,7 @@ from autotune.bench import (
     run_benchmark,
     spread,
     summarize,
+    with_rates,
     write_records,
 )
 from autotune.engine import (
@@ -65,6 +67,14 @@ class Workplan:
     capacity: CapacitySearch | None = None  # search the highest rate within the SLOs
     repeats: int = 1  # benchmark runs per trial on its one engine; objectives are their medians
     scenario: str = "online"  # offline: the requests as one `vllm.LLM.generate` batch
+    # The requests of the k-th run (k >= 1) on one engine (repeats, capacity levels): other
+    # prompts of the same workload, so that the engine's prefix cache, filled by the run before,
+    # does not serve them. None: every run sends `requests`.
+    rerun: Callable[[int], Sequence[RequestSpec]] | None = None
+
+    def requests_for(self, run: int) -> Sequence[RequestSpec]:
+        """The measured requests of run `run` (0: the first) on one engine."""
+        return self.requests if run == 0 or self.rerun is None else self.rerun(run)
 
 
 @dataclass
@@ -119,9 +129,10 @@ def measure(
                 return engine.probe()
 
             guard = Guard(probe=probe, hang_s=plan.hang_s, deadline_s=plan.deadline_s, judge=judge)
+            counters = EngineCounters(engine.url)
             try:
                 records, capacity, runs = _run_plan(
-                    engine.url, config.api_model_name, plan, guard, trial_dir
+                    engine.url, config.api_model_name, plan, guard, trial_dir, counters.start
                 )
             except BenchmarkAborted as aborted:
                 _write_records(trial_dir, aborted.records)
@@ -143,6 +154,7 @@ def measure(
                     result.engine["abort"] = _noticed("engine", "engine exited")
                     _fail(result, engine.failure(TrialStatus.CRASH))
                 else:
+                    result.engine["counters"] = counters.counted()
                     result.summary = summarize(records, plan.slos)
                     if runs:
                         result.summary = median_summary(runs)
@@ -151,6 +163,7 @@ def measure(
                     if capacity is not None:
                         result.engine["capacity"] = capacity
                         result.summary = _with_capacity(result.summary, capacity)
+                    result.summary = with_counters(result.summary, result.engine)
                     if result.summary.completed == 0:
                         first = next((r.error for r in records if r.error), None)
                         reason = first or "no request completed"
@@ -218,7 +231,12 @@ class _Pruned(Exception):
 
 
 def _run_plan(
-    url: str, model: str, plan: Workplan, guard: Guard, trial_dir: Path
+    url: str,
+    model: str,
+    plan: Workplan,
+    guard: Guard,
+    trial_dir: Path,
+    before_measured: Callable[[], None],
 ) -> tuple[list[RequestRecord], dict[str, Any] | None, list[Summary]]:
     """The plan's benchmark: its requests at its load (`repeats` times), or, with a capacity
     search, at the highest rate that holds the SLOs. Returns the records (of the median run;
@@ -228,16 +246,20 @@ def _run_plan(
     if plan.capacity is None:
         if plan.repeats <= 1:
             records = run_benchmark(
-                url, model, plan.warmup, plan.requests, plan.profile, guard=guard
-            )
+                url, model, plan.warmup, plan.requests, plan.profile, guard=guard,
+                before_measured=before_measured,
+            )  # fmt: skip
             return records, None, []
-        return _repeated(url, model, plan, guard, trial_dir)
+        return _repeated(url, model, plan, guard, trial_dir, before_measured)
     runs: list[tuple[Summary, list[RequestRecord]]] = []
     (trial_dir / layout.LEVELS_DIR).mkdir(parents=True, exist_ok=True)
 
     def run(profile: LoadProfile) -> Summary:
         warmup = plan.warmup if not runs else ()
-        records = run_benchmark(url, model, warmup, plan.requests, profile, guard=guard)
+        requests = plan.requests_for(len(runs))
+        records = run_benchmark(
+            url, model, warmup, requests, profile, guard=guard, before_measured=before_measured
+        )
         write_records(trial_dir / layout.LEVELS_DIR / layout.run_records(len(runs)), records)
         summary = summarize(records, plan.slos)
         runs.append((summary, records))
@@ -256,7 +278,12 @@ def _run_plan(
 
 
 def _repeated(
-    url: str, model: str, plan: Workplan, guard: Guard, trial_dir: Path
+    url: str,
+    model: str,
+    plan: Workplan,
+    guard: Guard,
+    trial_dir: Path,
+    before_measured: Callable[[], None],
 ) -> tuple[list[RequestRecord], None, list[Summary]]:
     """`plan.repeats` runs of the same requests on one engine (warm-up before the first)."""
     folder = trial_dir / layout.RUNS_DIR
@@ -264,7 +291,10 @@ def _repeated(
     runs: list[tuple[Summary, list[RequestRecord]]] = []
     for k in range(plan.repeats):
         warmup = plan.warmup if k == 0 else ()
-        records = run_benchmark(url, model, warmup, plan.requests, plan.profile, guard=guard)
+        records = run_benchmark(
+            url, model, warmup, plan.requests_for(k), plan.profile, guard=guard,
+            before_measured=before_measured,
+        )  # fmt: skip
         write_records(folder / layout.run_records(k), records)
         runs.append((summarize(records, plan.slos), records))
     by_throughput = sorted(runs, key=lambda run: run[0].output_throughput)
@@ -283,6 +313,12 @@ def _pruned_summary(records: Sequence[RequestRecord], slos: Mapping[str, float])
 
 def _cut_short(record: RequestRecord) -> bool:
     return record.error is not None and record.error.startswith("aborted")
+
+
+def with_counters(summary: Summary, engine: Mapping[str, Any]) -> Summary:
+    """The summary with the rates of what the engine counted (`engine["counters"]`)."""
+    counted = engine.get("counters")
+    return with_rates(summary, counted if isinstance(counted, dict) else None)
 
 
 def _with_capacity(summary: Summary, capacity: dict[str, Any]) -> Summary:
@@ -337,7 +373,7 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
             return None
         if isinstance(m.engine.get("capacity"), dict):
             m.summary = _with_capacity(m.summary, m.engine["capacity"])
-        m.summary = _with_peak(m.summary, m.engine)
+        m.summary = with_counters(_with_peak(m.summary, m.engine), m.engine)
     return m
 
 

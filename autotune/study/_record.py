@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from autotune import layout
 from autotune import store as keys
-from autotune.bench import METRIC_NAMES
+from autotune.bench import METRIC_NAMES, OPTIONAL
 from autotune.engine import EngineConfig, to_yaml_dict
 from autotune.selection import BASIS_ATTR, SLOS_ATTR
 from autotune.space import SearchSpace, repair
@@ -184,8 +184,8 @@ def flat_metrics(m: Measurement) -> dict[str, float | None]:
     assert m.summary is not None
     unset = {
         name
-        for name in ("capacity_rps", "peak_memory_gib")
-        if getattr(m.summary, name) is None  # not searched, not measured
+        for name in OPTIONAL
+        if getattr(m.summary, name) is None  # not searched, not measured, not counted
     }
     out = {name: m.summary.metric(name) for name in METRIC_NAMES if name not in unset}
     out["completed"] = float(m.summary.completed)

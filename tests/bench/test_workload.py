@@ -11,6 +11,7 @@ from autotune.bench import (
     JsonlWorkload,
     RandomWorkload,
     RequestSpec,
+    SharedPrefixWorkload,
     WorkloadError,
     build_requests,
     parse_workload,
@@ -50,6 +51,8 @@ def test_parse_defaults_and_dict_form() -> None:
         ("jsonl:prompts=3", "'path'"),
         ("jsonl:path=x,input=3", "'input'"),
         ("sharegpt:path=x", "'sharegpt'"),
+        ("shared-prefix:group=3", "'group' (did you mean 'groups'?)"),
+        ("shared-prefix:prefix=0", "'prefix'"),
     ],
 )
 def test_parse_errors_name_the_key(text: str, needle: str) -> None:
@@ -90,6 +93,40 @@ def test_random_text_prompts_encode_to_the_asked_length(tiny_model: Path) -> Non
     assert all(isinstance(s.prompt, str) for s in measured)
     # Same seed, same lengths: text prompts encode to exactly the drawn token counts.
     assert lengths == [len(s.prompt) for s in as_ids]
+
+
+def test_shared_prefix_groups_share_exact_prefixes(model_dir: Path) -> None:
+    text = "shared-prefix:groups=3,prefix=20,input=5,output=7,prompts=10,warmup=2,prompt_format=ids"
+    workload = parse_workload(text)
+    assert workload == SharedPrefixWorkload(
+        groups=3, prefix=20, input=5, output=7, prompts=10, warmup=2, prompt_format="ids"
+    )
+    warmup, measured = build_requests(workload, str(model_dir))
+    assert (warmup, measured) == build_requests(workload, str(model_dir))  # seeded
+    assert len(warmup) == 2 and len(measured) == 10
+    assert all(len(s.prompt) == 25 and s.max_tokens == 7 for s in [*warmup, *measured])
+    heads = [tuple(s.prompt[:20]) for s in measured]
+    # 10 requests over 3 groups: 4, 3 and 3, interleaved rather than one group after another.
+    assert sorted(heads.count(h) for h in set(heads)) == [3, 3, 4]
+    assert heads != sorted(heads, key=heads.index)
+    # Requests differ after the prefix; the warm-up's prefix is none of the measured ones.
+    assert len({tuple(s.prompt[20:]) for s in measured}) == 10
+    assert {tuple(s.prompt[:20]) for s in warmup} & set(heads) == set()
+    other = build_requests(workload.model_copy(update={"seed": 1}), str(model_dir))[1]
+    assert other != measured
+
+
+def test_shared_prefix_text_keeps_each_prefix_one_string(tiny_model: Path) -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
+    workload = SharedPrefixWorkload(groups=2, prefix=64, input=16, prompts=6, warmup=0)
+    _, measured = build_requests(workload, str(tiny_model))
+    prompts = [str(s.prompt) for s in measured]
+    heads = {p[: len(p) - len(p.split("\n")[-1])] for p in prompts}
+    assert len(heads) == 2
+    for prompt in prompts:  # about prefix + newline + input tokens, as the server counts them
+        assert 64 + 16 <= len(tokenizer.encode(prompt, add_special_tokens=False).ids) <= 64 + 20
 
 
 def test_text_prompts_need_a_tokenizer(model_dir: Path) -> None:
