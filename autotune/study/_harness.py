@@ -10,16 +10,18 @@ re-measurement and its profile are launched the same way.
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from autotune.bench import WorkloadError, build_requests
+from autotune.bench import RequestSpec, WorkloadError, build_requests
 from autotune.devices import (
     DeviceError,
     DeviceMemory,
@@ -102,6 +104,13 @@ def devices_needed(config: EngineConfig) -> int:
     return int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
 
 
+def _rerun_requests(spec: TuneSpec, run: int) -> list[RequestSpec]:
+    """Run `run`'s requests: the workload drawn again with its seed + `run` (a JSONL workload:
+    its entries in another order), the same lengths and load, other prompts."""
+    workload = spec.workload.model_copy(update={"seed": spec.workload.seed + run})
+    return build_requests(workload, spec.model)[1]
+
+
 def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None) -> Harness:
     """The harness of `spec` on this machine. `lanes=False`: one trial at a time on the host
     as a whole (no device pool; the confirm step and profiles). Raises SpecError when the
@@ -123,6 +132,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         capacity=spec.capacity,
         repeats=spec.repeats,
         scenario=spec.scenario,
+        rerun=functools.cache(partial(_rerun_requests, spec)),
     )
     cancel = threading.Event()
     settings = LaunchSettings(

@@ -1,0 +1,52 @@
+"""What the engine counted, per trial: the prefix cache's hit rate from vLLM's `/metrics`
+counters (the fake engine keeps them as vLLM does), on the shared-prefix workload, with
+caching off, and over repeated runs, which must not replay prompts the engine has cached."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autotune.store import StudyStore
+from cli.conftest import ENGINE_COMMAND, invoke
+
+SHARED = "shared-prefix:groups=2,prefix=256,input=8,output=4,prompts=10,warmup=1"
+
+
+def _tune(model: Path, root: Path, study: str, workload: str, *more: str) -> dict[str, float]:
+    result = invoke(
+        "tune", "--study", study, "--model", model, "--engine-command", ENGINE_COMMAND,
+        "--space", "cpu-quick", "--workload", workload, "--concurrency", "2", "--root", root,
+        "--trials", "1", *more,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (trial,) = StudyStore(f"sqlite:///{root / study / 'study.db'}", create=False).trials(study)
+    counted = json.loads((root / study / "trial-0000" / "measurement.json").read_text())
+    assert counted["engine"]["counters"] == trial.engine["counters"]
+    return trial.metrics
+
+
+def test_shared_prefix_requests_hit_the_cache_their_group_filled(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    metrics = _tune(tiny_model, tmp_path, "shared", SHARED)
+    # 8 of 10 requests find their group's prefix: about 0.8 * 256/265 of the tokens, less the
+    # partial block at the prefix's end.
+    assert 0.6 < metrics["prefix_cache_hit_rate"] < 0.8
+    assert "spec_acceptance_rate" not in metrics  # no speculation: not measured, not 0
+
+
+def test_no_caching_no_hit_rate(tiny_model: Path, tmp_path: Path) -> None:
+    metrics = _tune(tiny_model, tmp_path, "off", SHARED, "--option", "enable_prefix_caching=false")
+    assert "prefix_cache_hit_rate" not in metrics
+
+
+def test_repeated_runs_do_not_replay_what_the_engine_cached(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    workload = "random:input=64,output=4,prompts=8,warmup=1"
+    metrics = _tune(tiny_model, tmp_path, "rep", workload, "--repeats", "3")
+    # Three runs of the same 8 prompts would find runs 2 and 3 whole in the cache (~0.6).
+    assert metrics["prefix_cache_hit_rate"] < 0.05
+    runs = sorted((tmp_path / "rep" / "trial-0000" / "runs").glob("*.jsonl"))
+    assert len(runs) == 3
