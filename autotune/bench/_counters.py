@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import httpx
 
@@ -94,9 +94,12 @@ class EngineCounters:
     last measured request) each read `/metrics`; a server without it gives `{}`.
     """
 
-    def __init__(self, base_url: str, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, base_url: str, timeout_s: float = 5.0, get: Callable[..., httpx.Response] = httpx.get
+    ) -> None:
         self._url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
         self._timeout_s = timeout_s
+        self._get = get
         self._before: dict[str, float] | None = None
         self._started = False
 
@@ -116,7 +119,7 @@ class EngineCounters:
 
     def _read(self) -> dict[str, float] | None:
         try:
-            reply = httpx.get(self._url, timeout=self._timeout_s)
+            reply = self._get(self._url, timeout=self._timeout_s)
         except httpx.HTTPError as err:
             logger.debug("cannot read %s: %s", self._url, err)
             return None
