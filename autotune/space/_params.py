@@ -77,6 +77,11 @@ class _ParamBase(BaseModel):
         default=None, ge=1, description="Option value = parameter value * scale (int only)"
     )
     description: str | None = Field(default=None, description="What the parameter controls")
+    only_if: dict[str, list[ChoiceValue]] | None = Field(
+        default=None,
+        description="Set only while these parameters have one of these values "
+        "(`{speculative_method: [ngram]}`); otherwise left out, as if absent",
+    )
     memory: Literal["up", "down", "none"] | list[ChoiceValue] | None = Field(
         default=None,
         description="How the value drives memory use: `up` (a larger value needs more), `down`, "
@@ -93,8 +98,8 @@ class _ParamBase(BaseModel):
     def target_option(self) -> str | None:
         """The vLLM option this parameter sets, or None if it sets an env var (or a variant).
 
-        For a dotted `option` this is the dict option (`compilation_config`): the whole dict is
-        what the engine receives, so two parameters may not share it.
+        For a dotted `option` this is the dict option (`compilation_config`); parameters of
+        different keys of one dict option are merged into it (`option_path`).
         """
         path = self.option_path
         return path[0] if path else None
@@ -139,6 +144,10 @@ class _ParamBase(BaseModel):
 
     def baseline_value(self) -> Any:
         return getattr(self, "baseline")  # noqa: B009 - every concrete type declares it
+
+    def active(self, params: dict[str, Any]) -> bool:
+        """Whether this parameter is set for `params` (see `only_if`)."""
+        return all(params.get(k) in values for k, values in (self.only_if or {}).items())
 
     def distribution(self) -> BaseDistribution:
         raise NotImplementedError

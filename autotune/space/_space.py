@@ -132,6 +132,8 @@ class SearchSpace(BaseModel):
         env = dict(self.env)
         for param in self.parameters:
             value = params[param.name]
+            if not param.active(params):
+                continue
             if isinstance(param, CategoricalParam) and param.variants:
                 _apply_overrides(options, self.variants[value])
             elif param.env is not None:
@@ -139,8 +141,18 @@ class SearchSpace(BaseModel):
                 if text is not None:
                     env[param.env] = text
             elif value is not None:
-                options[param.target_option or param.name] = param.engine_value(value)
+                target = param.target_option or param.name
+                _merge(options, target, param.engine_value(value))
         return options, env
+
+    def effective(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`params` with every parameter that is not set for them (`only_if`) at its baseline:
+        two proposals that differ only there launch the same engine."""
+        return {
+            p.name: params[p.name] if p.active(params) else p.baseline_value()
+            for p in self.parameters
+            if p.name in params
+        }
 
     def params_from_engine(
         self, options: dict[str, Any], env: dict[str, str]
@@ -234,6 +246,18 @@ def _dig(options: dict[str, Any], path: tuple[str, ...]) -> Any:
     return value
 
 
+def _merge(options: dict[str, Any], key: str, value: Any) -> None:
+    """Set `options[key]`; dicts (the keys of a dotted option) are merged, not replaced."""
+    current = options.get(key)
+    if isinstance(current, dict) and isinstance(value, dict):
+        merged = dict(current)
+        for k, v in value.items():
+            _merge(merged, k, v)
+        options[key] = merged
+    else:
+        options[key] = value
+
+
 def _apply_overrides(options: dict[str, Any], overrides: dict[str, Any]) -> None:
     for key, value in overrides.items():
         if value is None:
@@ -261,8 +285,9 @@ def _parameter_issues(space: SearchSpace) -> list[Issue]:
 def _duplicate_issues(space: SearchSpace) -> list[Issue]:
     issues: list[Issue] = []
     seen: dict[tuple[str, str], int] = {}
+    paths: dict[tuple[str, ...], int] = {}
     for i, p in enumerate(space.parameters):
-        keys = [("name", p.name), ("option", p.target_option), ("env", p.env)]
+        keys = [("name", p.name), ("env", p.env)]
         for kind, value in keys:
             if value is None:
                 continue
@@ -276,6 +301,39 @@ def _duplicate_issues(space: SearchSpace) -> list[Issue]:
                     )
                 )
             seen.setdefault((kind, value), i)
+        path = p.option_path if p.target_option is not None else ()
+        # Keys of one dict option may be tuned apart; a key and the dict above it may not.
+        clash = next((j for q, j in paths.items() if path and _nested(path, q)), None)
+        if clash is not None:
+            message = f"option '{'.'.join(path)}' is already used by parameters[{clash}]"
+            issues.append((_param_path(i, _target_field(p)), message))
+        elif path:
+            paths[path] = i
+    return issues
+
+
+def _nested(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """One option path is the other or lies inside it."""
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def _only_if_issues(space: SearchSpace) -> list[Issue]:
+    """`only_if` names other parameters of the space, by values they can take."""
+    by_name = {p.name: p for p in space.parameters}
+    issues: list[Issue] = []
+    for i, p in enumerate(space.parameters):
+        for name, values in (p.only_if or {}).items():
+            other = by_name.get(name)
+            if other is None or other is p:
+                issues.append((_param_path(i, "only_if"), f"no other parameter named '{name}'"))
+                continue
+            wrong = [v for v in values if not other.contains(v)]
+            if not values:
+                issues.append((_param_path(i, "only_if"), f"no value of '{name}' is listed"))
+            elif wrong:
+                message = f"'{name}' cannot be {format_value(wrong[0])}"
+                issues.append((_param_path(i, "only_if"), message))
     return issues
 
 
@@ -362,6 +420,7 @@ _SPACE_CHECKS = (
     _parameter_issues,
     _option_range_issues,
     _duplicate_issues,
+    _only_if_issues,
     _fixed_conflict_issues,
     _unknown_option_issues,
     _variant_issues,

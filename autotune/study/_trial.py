@@ -23,7 +23,7 @@ from autotune.bench import RequestRecord, read_records
 from autotune.devices import Lease, format_device_list
 from autotune.engine import EngineConfig
 from autotune.selection import pareto_front
-from autotune.space import ModelInfo
+from autotune.space import ModelInfo, SearchSpace
 from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord, TrialSlots
 from autotune.study._errors import StudyError
@@ -175,7 +175,7 @@ class TrialRunner:
             config,
             baseline=baseline,
             # A failed baseline reruns; a re-measure runs a measured config again on purpose.
-            twin=None if baseline or again else _measured_twin(trials, trial),
+            twin=None if baseline or again else _measured_twin(trials, trial, self.harness.space),
             ooms=_known_ooms(finished),
             rules=self._rules(finished, baseline),
         )
@@ -302,10 +302,12 @@ def _got_past_startup(attrs: dict[str, object]) -> bool:
     return attrs.get(keys.METRICS) is not None or (isinstance(engine, dict) and "abort" in engine)
 
 
-def _measured_twin(trials: list[FrozenTrial], trial: Trial) -> int | None:
-    """A trial of the same config that was measured, or that holds a slot and runs now."""
+def _measured_twin(trials: list[FrozenTrial], trial: Trial, space: SearchSpace) -> int | None:
+    """A trial of the same config that was measured, or that holds a slot and runs now (the
+    same config: the same values of every parameter that is set, see `only_if`)."""
+    mine = space.effective(trial.params)
     for other in trials:
-        if other.number == trial.number or other.params != trial.params:
+        if other.number == trial.number or space.effective(other.params) != mine:
             continue
         key = keys.DEVICE_S if other.state == TrialState.COMPLETE else keys.SLOT
         if other.user_attrs.get(key) is not None:

@@ -66,3 +66,46 @@ def test_an_older_study_of_several_objectives_is_taken_as_pareto(
     again = invoke(*tune_args(tiny_model, tmp_path, "o", "--trials", "2", "--search", "pareto"))
     assert again.exit_code == 0, again.output
     assert len([t for t in _store(tmp_path, "o").trials("o") if t.device_s is not None]) == 2
+
+
+SPECULATIVE = """
+name: spec
+platform: cpu
+fixed:
+  enforce_eager: true
+  kv_cache_memory_bytes: 268435456
+parameters:
+  - name: method
+    type: categorical
+    option: speculative_config.method
+    choices: [null, ngram]
+    baseline: null
+  - name: tokens
+    type: int
+    option: speculative_config.num_speculative_tokens
+    low: 1
+    high: 6
+    baseline: 3
+    only_if: {method: [ngram]}
+"""
+
+
+def test_values_that_are_not_set_do_not_make_another_config(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Without a method, the token count is left out: proposals that differ only there are
+    the same engine, launched once; the rest are skipped as duplicates."""
+    space = tmp_path / "spec.yaml"
+    space.write_text(SPECULATIVE)
+    argv = tune_args(tiny_model, tmp_path, "sp", "--trials", "5", "--sampler", "random")
+    argv[argv.index("cpu-quick")] = space
+    result = invoke(*argv)
+    assert result.exit_code == 0, result.output
+    trials = _store(tmp_path, "sp").trials("sp")
+    launched = [t for t in trials if t.device_s is not None]
+    configs = [
+        t.config.get("speculative-config", t.config.get("speculative_config")) for t in launched
+    ]
+    assert len(launched) == 5 and len({repr(c) for c in configs}) == 5
+    assert sum(c is None for c in configs) == 1  # no speculation: one engine
+    assert any(t.status == "duplicate" and t.params["method"] is None for t in trials)

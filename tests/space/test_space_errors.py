@@ -119,13 +119,34 @@ CASES = {
         " choices: [null, FULL], baseline: null}",
         r"parameters\[0\]\.option: empty key in 'compilation_config\.'",
     ),
-    "dotted_same_dict_twice": (
+    # Keys of one dict option may be tuned apart (they merge); a key and its dict may not.
+    "dotted_key_and_its_dict": (
         "parameters:\n  - {name: g, option: compilation_config.cudagraph_mode,"
         " type: categorical, choices: [null, FULL], baseline: null}\n"
-        "  - {name: m, option: compilation_config.mode, type: categorical,"
-        " choices: [null, NONE], baseline: null}",
+        "  - {name: m, option: compilation_config, type: categorical,"
+        " choices: [null, '{}'], baseline: null}",
         r"parameters\[1\]\.option: option 'compilation_config' is already used by "
         r"parameters\[0\]",
+    ),
+    "dotted_same_key_twice": (
+        "parameters:\n  - {name: g, option: compilation_config.mode,"
+        " type: categorical, choices: [null, NONE], baseline: null}\n"
+        "  - {name: m, option: compilation_config.mode, type: categorical,"
+        " choices: [null, NONE], baseline: null}",
+        r"parameters\[1\]\.option: option 'compilation_config\.mode' is already used by "
+        r"parameters\[0\]",
+    ),
+    "only_if_unknown_parameter": (
+        "parameters:\n  - {name: k, type: int, low: 1, high: 4, baseline: 2,"
+        " option: speculative_config.num_speculative_tokens, only_if: {method: [ngram]}}",
+        r"parameters\[0\]\.only_if: no other parameter named 'method'",
+    ),
+    "only_if_impossible_value": (
+        "parameters:\n  - {name: method, option: speculative_config.method,"
+        " type: categorical, choices: [null, ngram], baseline: null}\n"
+        "  - {name: k, type: int, low: 1, high: 4, baseline: 2,"
+        " option: speculative_config.num_speculative_tokens, only_if: {method: [eagle]}}",
+        r"parameters\[1\]\.only_if: 'method' cannot be eagle",
     ),
     "dotted_and_fixed_dict": (
         "fixed: {compilation_config: {cudagraph_capture_sizes: [1, 2]}}\nparameters:\n"

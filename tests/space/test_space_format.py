@@ -77,6 +77,56 @@ def test_a_step_grid_value_reaches_the_engine_as_the_grid_spells_it(
     assert space.to_engine(params)[0]["gpu_memory_utilization"] == 0.7
 
 
+SPECULATIVE = """
+name: spec
+platform: cpu
+parameters:
+  - name: method
+    type: categorical
+    option: speculative_config.method
+    choices: [null, ngram]
+    baseline: null
+  - name: tokens
+    type: int
+    option: speculative_config.num_speculative_tokens
+    low: 1
+    high: 5
+    baseline: 3
+    only_if: {method: [ngram]}
+  - name: lookup
+    type: int
+    option: speculative_config.prompt_lookup_max
+    low: 2
+    high: 8
+    baseline: 5
+    only_if: {method: [ngram]}
+"""
+
+
+def test_keys_of_one_dict_option_merge_and_only_if_leaves_a_value_out(
+    write_space: WriteSpace,
+) -> None:
+    space = load_space(write_space(SPECULATIVE))
+    options, _ = space.to_engine({"method": "ngram", "tokens": 2, "lookup": 4})
+    assert options == {
+        "speculative_config": {
+            "method": "ngram",
+            "num_speculative_tokens": 2,
+            "prompt_lookup_max": 4,
+        }
+    }
+    # Without a method, no speculation: the token count is not set (vLLM would refuse it).
+    assert space.to_engine({"method": None, "tokens": 2, "lookup": 4})[0] == {}
+    # ... so two such proposals are the same engine, and the study launches it once.
+    a, b = {"method": None, "tokens": 2, "lookup": 4}, {"method": None, "tokens": 5, "lookup": 8}
+    assert space.effective(a) == space.effective(b) == space.baseline_params()
+    assert space.effective({"method": "ngram", "tokens": 2, "lookup": 4})["tokens"] == 2
+    # An imported command reads each key back.
+    params, used, _ = space.params_from_engine(options, {})
+    assert params == {"method": "ngram", "tokens": 2, "lookup": 4}
+    assert used == {"speculative_config"}
+
+
 def test_to_engine_rejects_missing_unknown_and_invalid_params(write_space: WriteSpace) -> None:
     space = load_space(write_space(BASE))
     params = space.baseline_params()
@@ -165,7 +215,13 @@ parameters:
     assert space.to_engine({"buf": 3}) == ({"additional_config": {"a": {"b_mib": 3072}}}, {})
 
 
-def test_one_dict_option_per_parameter(write_space: WriteSpace) -> None:
-    # Each parameter replaces the whole dict, so two parameters may not share one.
-    with pytest.raises(SpaceError, match="option 'compilation_config' is already used"):
-        load_space(write_space(DOTTED))
+def test_two_keys_of_one_dict_option_are_merged(write_space: WriteSpace) -> None:
+    # Each parameter sets its key; neither replaces the dict the other set a key of.
+    space = load_space(write_space(DOTTED))
+    options, _ = space.to_engine({"graph_mode": "FULL", "capture": 32})
+    assert options == {
+        "compilation_config": {"cudagraph_mode": "FULL", "max_cudagraph_capture_size": 32}
+    }
+    assert space.to_engine({"graph_mode": None, "capture": 32})[0] == {
+        "compilation_config": {"max_cudagraph_capture_size": 32}
+    }
