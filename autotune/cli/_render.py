@@ -10,6 +10,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from autotune.bench import Summary
 from autotune.engine import failure_headline
 from autotune.numbers import readable
 from autotune.selection import (
@@ -49,6 +50,19 @@ def event_printer(console: Console) -> Callable[[Event], None]:
     return show
 
 
+def _counted(s: Summary) -> str:
+    """What the engine counted, where it did: `, prefix cache 78%, drafts accepted 81% (3.06
+    tokens/step)`."""
+    parts = []
+    if s.prefix_cache_hit_rate is not None:
+        parts.append(f"prefix cache {s.prefix_cache_hit_rate:.0%}")
+    if s.spec_acceptance_rate is not None:
+        length = s.spec_acceptance_length
+        per_step = f" ({length:.2f} tokens/step)" if length is not None else ""
+        parts.append(f"drafts accepted {s.spec_acceptance_rate:.0%}{per_step}")
+    return "".join(f", {p}" for p in parts)
+
+
 def _finished(console: Console, event: TrialFinished) -> None:
     m = event.measurement
     if m.status == TrialStatus.PRUNED:
@@ -63,7 +77,7 @@ def _finished(console: Console, event: TrialFinished) -> None:
             f"  trial {event.number} [green]ok[/]: {capacity}"
             f"{s.output_throughput:,.0f} output tok/s, {peak}"
             f"p99 TTFT {s.ttft_ms.p99:.1f} ms, p99 TPOT {s.tpot_ms.p99:.2f} ms, "
-            f"{s.errors} errors (start-up {m.engine.get('startup_s', 0):.0f} s, "
+            f"{s.errors} errors{_counted(s)} (start-up {m.engine.get('startup_s', 0):.0f} s, "
             f"trial {m.device_s:.0f} s)"
         )
     records = study_records(event.study)

@@ -13,13 +13,17 @@ from cli.conftest import ENGINE_COMMAND, invoke
 SHARED = "shared-prefix:groups=2,prefix=256,input=8,output=4,prompts=10,warmup=1"
 
 
-def _tune(model: Path, root: Path, study: str, workload: str, *more: str) -> dict[str, float]:
+def _tune(
+    model: Path, root: Path, study: str, workload: str, *more: str, output: list[str] | None = None
+) -> dict[str, float]:
     result = invoke(
         "tune", "--study", study, "--model", model, "--engine-command", ENGINE_COMMAND,
         "--space", "cpu-quick", "--workload", workload, "--concurrency", "2", "--root", root,
         "--trials", "1", *more,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
+    if output is not None:
+        output.append(result.output)
     (trial,) = StudyStore(f"sqlite:///{root / study / 'study.db'}", create=False).trials(study)
     counted = json.loads((root / study / "trial-0000" / "measurement.json").read_text())
     assert counted["engine"]["counters"] == trial.engine["counters"]
@@ -29,11 +33,15 @@ def _tune(model: Path, root: Path, study: str, workload: str, *more: str) -> dic
 def test_shared_prefix_requests_hit_the_cache_their_group_filled(
     tiny_model: Path, tmp_path: Path
 ) -> None:
-    metrics = _tune(tiny_model, tmp_path, "shared", SHARED)
+    printed: list[str] = []
+    metrics = _tune(tiny_model, tmp_path, "shared", SHARED, output=printed)
     # 8 of 10 requests find their group's prefix: about 0.8 * 256/265 of the tokens, less the
     # partial block at the prefix's end.
     assert 0.6 < metrics["prefix_cache_hit_rate"] < 0.8
     assert "spec_acceptance_rate" not in metrics  # no speculation: not measured, not 0
+    rate = f"{metrics['prefix_cache_hit_rate']:.0%}"
+    assert f"0 errors, prefix cache {rate} (start-up" in printed[0]
+    assert "drafts accepted" not in printed[0]
 
 
 def test_no_caching_no_hit_rate(tiny_model: Path, tmp_path: Path) -> None:
