@@ -48,6 +48,7 @@ from autotune.engine._offline import (
 )
 from autotune.engine._options import (
     cli_flag,
+    installed_vllm_options,
     is_known_option,
     known_options,
     normalize_option,
@@ -127,6 +128,7 @@ __all__ = [
     "from_yaml_dict",
     "group_members",
     "installed_ascend_version",
+    "installed_vllm_options",
     "installed_vllm_version",
     "is_known_option",
     "known_options",

@@ -6,9 +6,15 @@ that the tuner can check a search space without importing vLLM (which imports to
 
 from __future__ import annotations
 
+import ast
 import difflib
+import importlib.util
+import logging
 from functools import cache
 from importlib import resources
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 # Options of the OpenAI server front end that `vllm serve --config` accepts besides EngineArgs.
 SERVER_OPTIONS = frozenset(
@@ -63,3 +69,33 @@ def cli_flag(name: str) -> str:
 def yaml_key(name: str) -> str:
     """The `--config` YAML spelling of an option: `max_num_seqs` -> `max-num-seqs`."""
     return normalize_option(name).replace("_", "-")
+
+
+def installed_vllm_options(site: Path | None = None) -> frozenset[str] | None:
+    """The option names of the installed vLLM: the fields of `EngineArgs`, read from the
+    source of `vllm/engine/arg_utils.py` (not imported: that would import torch), plus the
+    server's. None where vLLM is not installed or its source cannot be read (then nothing is
+    judged by it). `site`: the folder holding the `vllm` package (for tests)."""
+    if site is None:
+        spec = importlib.util.find_spec("vllm")  # finds the package without running it
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        package = Path(next(iter(spec.submodule_search_locations)))
+    else:
+        package = site / "vllm"
+    try:
+        tree = ast.parse((package / "engine" / "arg_utils.py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError) as err:
+        logger.debug("cannot read the installed vLLM's engine arguments: %s", err)
+        return None
+    engine_args = next(
+        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "EngineArgs"), None
+    )
+    if engine_args is None:
+        return None
+    fields = {
+        node.target.id
+        for node in engine_args.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
+    return frozenset(fields | SERVER_OPTIONS) if fields else None

@@ -246,6 +246,43 @@ def _eager_vs_graph_mode(s: Setting) -> str | None:
     return None
 
 
+def _long_prefill_vs_model_len(s: Setting) -> str | None:
+    # SchedulerConfig (vLLM 0.32) raises at start-up for a threshold above max_model_len.
+    threshold = int(s.options.get("long_prefill_token_threshold") or 0)
+    length = s.max_model_len
+    if length is not None and threshold > length:
+        return (
+            f"long_prefill_token_threshold ({threshold}) cannot be greater than the "
+            f"max_model_len ({length})"
+        )
+    return None
+
+
+def _long_prefill_without_chunking(s: Setting) -> str | None:
+    # The cap splits long prompts into chunks: without chunked prefill it does nothing, and
+    # the engine is the one with no cap, which the study measures once.
+    threshold = int(s.options.get("long_prefill_token_threshold") or 0)
+    if threshold and not s.get("enable_chunked_prefill"):
+        return (
+            f"long_prefill_token_threshold ({threshold}) has no effect without chunked "
+            "prefill: the same engine as no threshold"
+        )
+    return None
+
+
+def _async_with_ngram(s: Setting) -> str | None:
+    # VllmConfig turns async scheduling off for n-gram drafts ("Async scheduling not supported
+    # with ngram-based speculative decoding and will be disabled"): `false` is vLLM's choice.
+    spec = s.options.get("speculative_config")
+    method = spec.get("method") if isinstance(spec, dict) else None
+    if method == "ngram" and s.options.get("async_scheduling") is False:
+        return (
+            "vLLM turns async scheduling off with n-gram drafts by itself: the same engine "
+            "as async_scheduling unset"
+        )
+    return None
+
+
 # Each rule mirrors a check the engine makes at start-up (docs/search-space.md says why).
 RULES: dict[str, Rule] = {
     "batched_tokens_vs_seqs": _batched_vs_seqs,
@@ -258,6 +295,9 @@ RULES: dict[str, Rule] = {
     "kv_cache_fits_request": _kv_cache_fits_request,
     "memory_utilization": _memory_utilization,
     "eager_vs_graph_mode": _eager_vs_graph_mode,
+    "long_prefill_vs_model_len": _long_prefill_vs_model_len,
+    "long_prefill_without_chunking": _long_prefill_without_chunking,
+    "async_with_ngram": _async_with_ngram,
 }
 
 

@@ -43,6 +43,8 @@ class HostFacts:
     cpu_flags: frozenset[str] | None = None  # /proc/cpuinfo `flags`
     compute_capability: tuple[int, int] | None = None  # the lowest of the GPUs (nvidia-smi)
     ascend_version: str | None = None  # the installed vllm-ascend (package metadata)
+    vllm_options: frozenset[str] | None = None  # the installed vLLM's option names
+    vllm_version: str | None = None  # to say which vLLM lacks an option
 
 
 @dataclass(frozen=True)
@@ -116,9 +118,13 @@ def restrict_to_host(space: SearchSpace, host: HostFacts) -> tuple[SearchSpace, 
     fixed = host_problem(space.platform, space.fixed, host)
     if fixed is not None:
         raise SpaceError(f"{space.label}: fixed.{fixed}")
+    missing = _options_missing(space, host)
     notes: list[str] = []
     parameters = []
     for param in space.parameters:
+        if param.name in missing:
+            notes.append(f"search space {space.name}: {missing[param.name]}")
+            continue
         kept, note = (
             _restrict(space, param, host) if isinstance(param, CategoricalParam) else (param, None)
         )
@@ -132,6 +138,38 @@ def restrict_to_host(space: SearchSpace, host: HostFacts) -> tuple[SearchSpace, 
     restricted = SearchSpace.model_validate(data)
     restricted._source = space.source
     return restricted, notes
+
+
+def _options_missing(space: SearchSpace, host: HostFacts) -> dict[str, str]:
+    """The parameters to drop, each with its line: those whose option the installed vLLM
+    lacks, and those set only with one of them (`only_if`). Raises SpaceError for a fixed
+    option it lacks: the space names it for every trial."""
+    if host.vllm_options is None or space.allow_unknown_options:
+        return {}  # not read; or options the space passes on purpose (a plugin's)
+    which = f"vLLM {host.vllm_version}" if host.vllm_version else "the installed vLLM"
+    for name in space.fixed:
+        if name not in host.vllm_options:
+            raise SpaceError(
+                f"{space.label}: fixed.{name}: not an option of {which}; drop it or upgrade"
+            )
+    dropped: dict[str, str] = {}
+    for param in space.parameters:
+        option = param.target_option
+        if option is not None and option not in host.vllm_options:
+            dropped[param.name] = (
+                f"dropped parameter {param.name} before the study: {which} has no option "
+                f"{option} (a later vLLM has it)"
+            )
+    for param in space.parameters:
+        gone = [name for name in param.only_if or {} if name in dropped]
+        if gone and param.name not in dropped:
+            dropped[param.name] = (
+                f"dropped parameter {param.name} before the study: it is set only with "
+                f"{gone[0]}, which was dropped"
+            )
+    if len(dropped) == len(space.parameters):
+        raise SpaceError(f"{space.label}: {which} has none of the space's options")
+    return dropped
 
 
 def _restrict(

@@ -10,6 +10,7 @@ re-measurement and its profile are launched the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import socket
@@ -31,7 +32,14 @@ from autotune.devices import (
     gpu_compute_capability,
     plan_lanes,
 )
-from autotune.engine import EngineConfig, LaunchSettings, installed_ascend_version, resolve_env
+from autotune.engine import (
+    EngineConfig,
+    LaunchSettings,
+    installed_ascend_version,
+    installed_vllm_options,
+    installed_vllm_version,
+    resolve_env,
+)
 from autotune.host import cpu_flags
 from autotune.space import HostFacts, SearchSpace, SpaceError, load_space, restrict_to_host
 from autotune.spec import SpecError, TuneSpec
@@ -177,13 +185,14 @@ def read_host_facts(platform: str, root: Path = Path("/")) -> HostFacts:
     """What this host can run, for a space of `platform`: the CPU's flags on a CPU space, the
     GPUs' lowest compute capability (nvidia-smi, where installed) on a CUDA one, the installed
     vllm-ascend on an Ascend one."""
+    facts = HostFacts(vllm_options=installed_vllm_options(), vllm_version=installed_vllm_version())
     if platform == "cpu":
-        return HostFacts(cpu_flags=cpu_flags(root))
+        return dataclasses.replace(facts, cpu_flags=cpu_flags(root))
     if platform == "cuda":
-        return HostFacts(compute_capability=gpu_compute_capability())
+        return dataclasses.replace(facts, compute_capability=gpu_compute_capability())
     if platform == "ascend":
-        return HostFacts(ascend_version=installed_ascend_version())
-    return HostFacts()
+        return dataclasses.replace(facts, ascend_version=installed_ascend_version())
+    return facts
 
 
 def on_this_host(space: SearchSpace, host: HostFacts) -> SearchSpace:

