@@ -194,6 +194,12 @@ class TuneSpec(BaseModel):
     repair: bool = Field(
         default=False, description="Retry an OOM trial once with less memory (a linked trial)"
     )
+    device_cost_per_hour: float | None = Field(
+        default=None,
+        gt=0,
+        description="What one device (GPU, NPU; on CPU: the host) costs per hour; then "
+        "cost_per_mtok, the cost of a million output tokens, is measured and may be an objective",
+    )
     repeats: int = Field(
         default=1,
         ge=1,
@@ -280,6 +286,8 @@ class TuneSpec(BaseModel):
         names = {o.metric for o in self.objectives} | set(self.slos)
         if "peak_memory_gib" in names and self.scenario != "offline":
             raise ValueError("peak_memory_gib is measured only in the offline scenario")
+        if "cost_per_mtok" in names and self.device_cost_per_hour is None:
+            raise ValueError("cost_per_mtok needs --device-cost-per-hour (what a device costs)")
         if self.capacity is None:
             if "capacity_rps" in names:
                 raise ValueError("capacity_rps is measured only with a capacity search")

@@ -18,6 +18,7 @@ from autotune.bench._metrics import (
     percentile,
     spread,
     summarize,
+    with_cost,
 )
 from autotune.bench._records import RequestRecord, read_records, write_records
 from autotune.bench._requests import build_requests
@@ -68,6 +69,7 @@ __all__ = [
     "run_benchmark",
     "spread",
     "summarize",
+    "with_cost",
     "with_rates",
     "write_records",
 ]

@@ -17,11 +17,12 @@ RATES = frozenset({*THROUGHPUTS, "capacity_rps"})
 # What the engine counted over the measured requests (bench._counters); None: not counted.
 ENGINE_RATES = ("prefix_cache_hit_rate", "spec_acceptance_rate", "spec_acceptance_length")
 # Metrics a run may not have: None in the Summary, left out where metrics are stored.
-OPTIONAL = ("capacity_rps", "peak_memory_gib", *ENGINE_RATES)
+OPTIONAL = ("capacity_rps", "peak_memory_gib", "cost_per_mtok", *ENGINE_RATES)
 METRIC_NAMES: tuple[str, ...] = (
     *THROUGHPUTS,
     "capacity_rps",
     "peak_memory_gib",
+    "cost_per_mtok",
     *ENGINE_RATES,
     "errors",
     "error_rate",
@@ -68,6 +69,8 @@ class Summary(BaseModel):
     capacity_rps: float | None = None
     # Set by an offline trial: the engine's peak memory (see docs/metrics.md), GiB.
     peak_memory_gib: float | None = None
+    # With a device cost: what a million output tokens cost at this throughput (`with_cost`).
+    cost_per_mtok: float | None = None
     # From the engine's own counters over the measured requests (bench._counters).
     prefix_cache_hit_rate: float | None = None
     spec_acceptance_rate: float | None = None
@@ -81,7 +84,7 @@ class Summary(BaseModel):
             return float(self.errors)
         if name == "capacity_rps":
             return float(self.capacity_rps or 0.0)  # 0 when not searched (never NaN)
-        if name == "peak_memory_gib" or name in ENGINE_RATES:
+        if name in ("peak_memory_gib", "cost_per_mtok") or name in ENGINE_RATES:
             value = getattr(self, name)
             return math.nan if value is None else float(value)
         if name == "error_rate":
@@ -91,6 +94,15 @@ class Summary(BaseModel):
             return float(getattr(self, name))
         stat, latency, _ = name.split("_")
         return float(getattr(getattr(self, f"{latency}_ms"), stat))
+
+
+def with_cost(summary: Summary, per_device_hour: float, devices: int) -> Summary:
+    """`cost_per_mtok` = what `devices` cost per hour / output tokens per hour * 1e6: the
+    price of a million output tokens at the measured throughput (inf when none came out)."""
+    tokens_per_hour = summary.output_throughput * 3600.0
+    cost = per_device_hour * devices
+    value = cost / tokens_per_hour * 1e6 if tokens_per_hour > 0 else math.inf
+    return summary.model_copy(update={"cost_per_mtok": value})
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -204,6 +216,8 @@ def median_summary(summaries: Sequence[Summary]) -> Summary:
         **stats,
         "capacity_rps": med(capacities) if capacities else None,
         "peak_memory_gib": max(peaks) if peaks else None,  # the highest: memory must fit
+        # Applied to the median (measure: `with_cost`), not taken from the runs.
+        "cost_per_mtok": None,
         # Counted once over every run of the config: the runs share them.
         **{name: getattr(summaries[0], name) for name in ENGINE_RATES},
     }

@@ -164,6 +164,13 @@ def tune(
             "(exports included) or a --config YAML"
         ),
     ] = None,
+    device_cost_per_hour: Annotated[
+        float | None,
+        typer.Option(
+            help="Cost of one device per hour (a GPU, an NPU; on CPU the host): then "
+            "cost_per_mtok is measured (objective cost_per_mtok:min)"
+        ),
+    ] = None,
     repeats: Annotated[
         int | None,
         typer.Option(help="Benchmark runs per trial on its engine; objectives are medians"),
@@ -244,6 +251,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     for key in (
         *("search", "sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
         *("repeats", "prune", "confirm", "confirm_rounds", "scenario", "remeasure"),
+        "device_cost_per_hour",
     ):
         if flags[key] is not None:
             out[key] = flags[key]

@@ -141,6 +141,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         repeats=spec.repeats,
         scenario=spec.scenario,
         rerun=functools.cache(partial(_rerun_requests, spec)),
+        device_cost_per_hour=spec.device_cost_per_hour,
     )
     cancel = threading.Event()
     settings = LaunchSettings(

@@ -34,6 +34,7 @@ from autotune.bench import (
     run_benchmark,
     spread,
     summarize,
+    with_cost,
     with_rates,
     write_records,
 )
@@ -71,6 +72,7 @@ class Workplan:
     # prompts of the same workload, so that the engine's prefix cache, filled by the run before,
     # does not serve them. None: every run sends `requests`.
     rerun: Callable[[int], Sequence[RequestSpec]] | None = None
+    device_cost_per_hour: float | None = None  # then each trial's cost_per_mtok is measured
 
     def requests_for(self, run: int) -> Sequence[RequestSpec]:
         """The measured requests of run `run` (0: the first) on one engine."""
@@ -164,6 +166,7 @@ def measure(
                         result.engine["capacity"] = capacity
                         result.summary = _with_capacity(result.summary, capacity)
                     result.summary = with_counters(result.summary, result.engine)
+                    _cost(result, config, plan)
                     if result.summary.completed == 0:
                         first = next((r.error for r in records if r.error), None)
                         reason = first or "no request completed"
@@ -211,6 +214,7 @@ def measure_offline(
             **batch.facts.model_dump(),
         }
         result.summary = _with_peak(summarize(batch.records, plan.slos), result.engine)
+        _cost(result, config, plan)
         if result.summary.completed == 0:
             first = next((r.error for r in batch.records if r.error), None)
             _fail(result, Failure(TrialStatus.BENCHMARK_ERROR, first or "no request completed"))
@@ -315,6 +319,17 @@ def _cut_short(record: RequestRecord) -> bool:
     return record.error is not None and record.error.startswith("aborted")
 
 
+def _cost(result: Measurement, config: EngineConfig, plan: Workplan) -> None:
+    """With a device cost, the trial's cost_per_mtok: its devices (tensor x pipeline parallel;
+    on CPU the host counts as one device per worker) at the measured throughput."""
+    if plan.device_cost_per_hour is None or result.summary is None:
+        return
+    args = config.args
+    devices = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
+    result.engine["cost"] = {"per_device_hour": plan.device_cost_per_hour, "devices": devices}
+    result.summary = with_cost(result.summary, plan.device_cost_per_hour, devices)
+
+
 def with_counters(summary: Summary, engine: Mapping[str, Any]) -> Summary:
     """The summary with the rates of what the engine counted (`engine["counters"]`)."""
     counted = engine.get("counters")
@@ -374,6 +389,9 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
         if isinstance(m.engine.get("capacity"), dict):
             m.summary = _with_capacity(m.summary, m.engine["capacity"])
         m.summary = with_counters(_with_peak(m.summary, m.engine), m.engine)
+        cost = m.engine.get("cost")
+        if isinstance(cost, dict):
+            m.summary = with_cost(m.summary, float(cost["per_device_hour"]), int(cost["devices"]))
     return m
 
 
