@@ -16,6 +16,7 @@ from autotune.cli._doctor import doctor
 from autotune.cli._logs import logs
 from autotune.cli._profile import profile
 from autotune.cli._results import export, show
+from autotune.cli._size import size
 from autotune.cli._studies import studies
 from autotune.cli._tune import confirm, tune, worker
 from autotune.cli._usage import run
@@ -58,6 +59,7 @@ app.command()(dashboard)
 app.command()(report)
 app.command()(profile)
 app.command()(bench)
+app.command()(size)
 app.command()(devices)
 app.command()(doctor)
 app.add_typer(_spaces.app, name="spaces")

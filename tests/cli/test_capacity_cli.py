@@ -50,3 +50,29 @@ def test_an_unknown_load_mode_is_one_error_line(
     result = cli(*tune_argv("x", "--load", "max"))
     assert result.exit_code == 2  # type: ignore[attr-defined]
     assert result.output.strip() == "error: --load 'max': expected fixed or capacity"  # type: ignore[attr-defined]
+
+
+def test_size_answers_the_fewest_devices_for_a_rate(
+    tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object]
+) -> None:
+    argv = tune_argv("sz", "--trials", "2", "--load", "capacity", "--slo", "p99_ttft_ms=60000")
+    assert cli(*argv).exit_code == 0  # type: ignore[attr-defined]
+    root = tmp_path / "studies"
+    store = StudyStore(f"sqlite:///{root / 'sz' / 'study.db'}", create=False)
+    capacities = {
+        t.number: t.metrics["capacity_rps"] for t in store.trials("sz") if t.device_s is not None
+    }
+    best = max(capacities.values())
+    rate = 2.5 * best  # three engines of the best config, one device each
+    result = cli("size", "sz", "--root", root, "--rate", f"{rate}", "--devices-per-host", "2",
+                 "--device-cost-per-hour", "2")  # fmt: skip
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    out = result.output  # type: ignore[attr-defined]
+    assert "within p99_ttft_ms <= 60000" in out
+    assert "fewest devices: 3 (trial" in out
+    assert "3 x 1 device(s) = 3 devices on 2 host(s), 6.00 per hour" in out
+    fixed = tune_argv("nocap", "--trials", "1")
+    assert cli(*fixed).exit_code == 0  # type: ignore[attr-defined]
+    refused = cli("size", "nocap", "--root", root, "--rate", "1")
+    assert refused.exit_code == 2  # type: ignore[attr-defined]
+    assert "size needs a study run with --load capacity" in refused.output  # type: ignore[attr-defined]

@@ -1,0 +1,62 @@
+"""`autotune size`: the fewest devices that hold a request rate within a capacity study's SLOs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autotune.cli._common import InputError, cli_errors, console, open_store
+from autotune.sizing import size_for
+
+StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
+RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
+
+
+def size(
+    study: Annotated[str, typer.Argument(help="A capacity study (tune --load capacity)")],
+    rate: Annotated[float, typer.Option(help="Requests/s to serve within the study's SLOs")],
+    devices_per_host: Annotated[
+        int | None, typer.Option(help="Devices of one host, to count hosts too")
+    ] = None,
+    device_cost_per_hour: Annotated[
+        float | None, typer.Option(help="Cost of one device per hour, to price each answer")
+    ] = None,
+    top: Annotated[int, typer.Option(help="Configs to list")] = 5,
+    storage: StorageOpt = None,
+    root: RootOpt = Path("studies"),
+) -> None:
+    """The fewest devices (tensor x pipeline parallel x replicas) that hold --rate."""
+    with cli_errors():
+        if not rate > 0:
+            raise InputError(f"--rate {rate:g}: expected a number > 0")
+        if devices_per_host is not None and devices_per_host < 1:
+            raise InputError(f"--devices-per-host {devices_per_host}: expected a number >= 1")
+        store = open_store(study, storage, root)
+        attrs = store.study_attrs(study)
+        if attrs.get("capacity") is None:
+            raise InputError(
+                f"study {study} measured no capacity: size needs a study run with --load capacity"
+            )
+        rows = size_for(store.trials(study), rate, devices_per_host)
+        slos = ", ".join(f"{k} <= {v:g}" for k, v in (attrs.get("slos") or {}).items())
+        if not rows:
+            raise InputError(f"no config of study {study} held any rate within {slos}")
+        console.print(f"{rate:g} req/s within {slos}, from study {study}'s measured capacities:")
+        for row in rows[:top]:
+            hosts = "" if row.hosts is None else f" on {row.hosts} host(s)"
+            price = (
+                ""
+                if device_cost_per_hour is None
+                else f", {row.devices * device_cost_per_hour:,.2f} per hour"
+            )
+            console.print(
+                f"  trial {row.number}: {row.replicas} x {row.per_replica} device(s) = "
+                f"{row.devices} devices{hosts}{price} (capacity {row.capacity_rps:.2f} req/s "
+                f"each; {row.description})",
+                soft_wrap=True,
+                markup=False,
+            )
+        best = rows[0]
+        console.print(f"fewest devices: {best.devices} (trial {best.number})", markup=False)
