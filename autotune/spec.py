@@ -282,6 +282,20 @@ class TuneSpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _trace_sets_its_arrivals(self) -> TuneSpec:
+        if getattr(self.workload, "type", None) != "trace":
+            return self
+        if self.capacity is not None:
+            raise ValueError("a trace sets its own arrivals: it cannot be replayed at other rates")
+        if "load" in self.model_fields_set and self.load.rate is not None:
+            raise ValueError(
+                "a trace sets its own arrivals: drop --rate (scale them with rate_scale=N)"
+            )
+        load = self.load if "load" in self.model_fields_set else LoadProfile(trace=True)
+        self.load = load.model_copy(update={"rate": None, "trace": True})
+        return self
+
+    @model_validator(mode="after")
     def _capacity_needs_slos(self) -> TuneSpec:
         names = {o.metric for o in self.objectives} | set(self.slos)
         if "peak_memory_gib" in names and self.scenario != "offline":

@@ -236,6 +236,8 @@ class OpenAICompletionsClient:
                 return _Stream().record(index, spec, now, now, "aborted before it was sent")
 
         offsets = profile.arrival_offsets(len(requests))
+        if requests and all(spec.at_s is not None for spec in requests):
+            offsets = [float(spec.at_s or 0.0) for spec in requests]  # a trace's own times
         pairs = enumerate(zip(requests, offsets, strict=True))
         tasks = [asyncio.ensure_future(one(i, spec, off)) for i, (spec, off) in pairs]
         try:

@@ -22,10 +22,15 @@ class LoadProfile(BaseModel):
     concurrency: int | None = Field(default=None, ge=1, description="Most requests in flight")
     seed: int = Field(default=0, description="Seed of the arrival times' private RNG")
     request_timeout_s: float = Field(default=300.0, gt=0, description="Limit for one request")
+    trace: bool = Field(
+        default=False, description="Requests carry their own send times (a trace workload)"
+    )
 
     @model_validator(mode="after")
     def _rate_or_concurrency(self) -> LoadProfile:
-        if self.rate is None and self.concurrency is None:
+        if self.trace and self.rate is not None:
+            raise ValueError("a trace sets its own arrivals: no rate (scale them with rate_scale)")
+        if self.rate is None and self.concurrency is None and not self.trace:
             raise ValueError("set rate, concurrency, or both (rate with a concurrency cap)")
         return self
 

@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.bench._dataset import read_dataset
+from autotune.bench._trace import TraceRow, read_trace
 from autotune.bench._workload import (
     AnyWorkload,
     JsonlWorkload,
     RandomWorkload,
     RequestSpec,
     SharedPrefixWorkload,
+    TraceWorkload,
     WorkloadError,
 )
 
@@ -34,6 +36,8 @@ def build_requests(
         return _random_requests(workload, model_path)
     if isinstance(workload, SharedPrefixWorkload):
         return _shared_prefix_requests(workload, model_path)
+    if isinstance(workload, TraceWorkload):
+        return _trace_requests(workload, model_path)
     return _jsonl_requests(workload)
 
 
@@ -76,6 +80,37 @@ def _shared_prefix_requests(
 
     warmup = [request(workload.groups) for _ in range(workload.warmup)]
     return warmup, [request(group) for group in order]
+
+
+def _trace_requests(
+    workload: TraceWorkload, model_path: str
+) -> tuple[list[RequestSpec], list[RequestSpec]]:
+    """One request per row, sent at the row's time / rate_scale. A row's prompt is the blocks
+    of its hash ids (the same tokens for the same id, in every row and run), cut to its input
+    length; a row without hash ids (or with too few) is topped up with tokens of its own.
+    Warm-up requests take the first rows' lengths, with tokens no measured row shares."""
+    rows = read_trace(workload.path)
+    measured = rows[: workload.prompts] if workload.prompts is not None else rows
+    pool = token_pool(model_path)
+    tokenizer = _tokenizer(model_path) if workload.prompt_format == "text" else None
+    rng = random.Random(workload.seed)
+    blocks: dict[int, list[int]] = {}
+
+    def block(hash_id: int) -> list[int]:
+        if hash_id not in blocks:
+            seeded = random.Random(f"{workload.seed}:{hash_id}")
+            blocks[hash_id] = seeded.choices(pool, k=workload.block)
+        return blocks[hash_id]
+
+    def request(row: TraceRow, at_s: float | None, shared: bool) -> RequestSpec:
+        ids = [t for h in (row.hash_ids if shared else ()) for t in block(h)]
+        ids = ids[: row.input_tokens] + rng.choices(pool, k=max(0, row.input_tokens - len(ids)))
+        prompt: str | list[int] = ids if tokenizer is None else _text_of(tokenizer, ids, pool, rng)
+        return RequestSpec(prompt=prompt, max_tokens=row.output_tokens, at_s=at_s)
+
+    warmup = [request(rows[i % len(rows)], None, False) for i in range(workload.warmup)]
+    scale = workload.rate_scale
+    return warmup, [request(row, row.at_s / scale, True) for row in measured]
 
 
 def _tokenizer(model_path: str) -> Any:

@@ -18,10 +18,13 @@ class WorkloadError(ValueError):
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """One request to send: a text prompt or a list of token ids, and its output length."""
+    """One request to send: a text prompt or a list of token ids, and its output length;
+    `at_s`, when every request of a run has one (a trace), is its send time from the run's
+    start, instead of the load profile's arrivals."""
 
     prompt: str | list[int]
     max_tokens: int
+    at_s: float | None = None
 
 
 class RandomWorkload(BaseModel):
@@ -92,7 +95,32 @@ class SharedPrefixWorkload(BaseModel):
     )
 
 
-AnyWorkload = RandomWorkload | JsonlWorkload | SharedPrefixWorkload
+class TraceWorkload(BaseModel):
+    """A recorded trace replayed at its own pace: one request per row, sent at the row's
+    time (scaled by `rate_scale`), with the row's input and output lengths; rows with
+    `hash_ids` (Mooncake's format: one id per block of `block` tokens) share the prompt blocks
+    of their ids, so that the prefix cache sees the trace's reuse. Rows are JSONL or CSV
+    (bench/_trace.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["trace"] = "trace"
+    path: Path = Field(description="JSONL or CSV trace: timestamp, input/output lengths, hash_ids")
+    rate_scale: float = Field(
+        default=1.0, gt=0, description="Replay this many times faster than recorded"
+    )
+    prompts: int | None = Field(
+        default=None, ge=1, description="Measured requests: the trace's first N (default: all)"
+    )
+    block: int = Field(default=512, ge=1, description="Tokens of one hash id's block")
+    seed: int = Field(default=0, description="Seed of the prompts' tokens")
+    warmup: int = Field(default=2, ge=0, description="Warm-up requests, sent first, not measured")
+    prompt_format: Literal["text", "ids"] = Field(
+        default="text", description="Send text (tokenized by the server) or token ids"
+    )
+
+
+AnyWorkload = RandomWorkload | JsonlWorkload | SharedPrefixWorkload | TraceWorkload
 Workload = Annotated[AnyWorkload, Field(discriminator="type")]
 
 _ADAPTER: TypeAdapter[AnyWorkload] = TypeAdapter(Workload)
@@ -100,6 +128,7 @@ _KINDS: dict[str, type[BaseModel]] = {
     "random": RandomWorkload,
     "jsonl": JsonlWorkload,
     "shared-prefix": SharedPrefixWorkload,
+    "trace": TraceWorkload,
 }
 _TYPES = tuple(_KINDS)
 

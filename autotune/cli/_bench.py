@@ -18,6 +18,7 @@ from autotune.bench import (
     EngineCounters,
     LoadProfile,
     RequestRecord,
+    TraceWorkload,
     build_requests,
     parse_workload,
     run_benchmark,
@@ -46,7 +47,11 @@ def bench(
     """Measure an endpoint with the tuner's client and metrics (docs/metrics.md)."""
     with cli_errors():
         check_url(url)
-        if rate is None and concurrency is None:
+        load = parse_workload(workload)
+        trace = isinstance(load, TraceWorkload)
+        if trace and rate is not None:
+            raise InputError("a trace sets its own arrivals: drop --rate (use rate_scale=N)")
+        if rate is None and concurrency is None and not trace:
             raise InputError("give --rate R or --concurrency C (or both)")
         if rate is not None and not rate > 0:
             raise InputError(f"--rate {rate:g}: expected a number > 0")
@@ -55,8 +60,8 @@ def bench(
             if path is not None and path.is_dir():
                 raise InputError(f"{flag} {path}: is a folder; name a file to write")
         name = model or _served_model(url)
-        warmup, requests = build_requests(parse_workload(workload), model_path or name)
-        profile = LoadProfile(rate=rate, concurrency=concurrency)
+        warmup, requests = build_requests(load, model_path or name)
+        profile = LoadProfile(rate=rate, concurrency=concurrency, trace=trace)
         counters = EngineCounters(url)
         with _held_warnings() as warnings:
             records = run_benchmark(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from autotune.store import StudyStore
 from cli.conftest import ENGINE_COMMAND, invoke
 
@@ -58,3 +60,35 @@ def test_repeated_runs_do_not_replay_what_the_engine_cached(
     assert metrics["prefix_cache_hit_rate"] < 0.05
     runs = sorted((tmp_path / "rep" / "trial-0000" / "runs").glob("*.jsonl"))
     assert len(runs) == 3
+
+
+def test_a_trace_is_replayed_at_its_own_times(tiny_model: Path, tmp_path: Path) -> None:
+    """`tune` with a trace: each request is sent at its row's time / rate_scale (the client's
+    send times, from requests.jsonl), with its row's lengths; no --rate is needed."""
+    rows = [(0, 64, 4), (400, 32, 6), (1200, 128, 2), (1600, 64, 4)]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(
+        json.dumps({"timestamp": t, "input_length": i, "output_length": o, "hash_ids": [7]}) + "\n"
+        for t, i, o in rows
+    ))  # fmt: skip
+    result = invoke(
+        "tune", "--study", "tr", "--model", tiny_model, "--engine-command", ENGINE_COMMAND,
+        "--space", "cpu-quick", "--workload", f"trace:path={trace},rate_scale=2,warmup=0,block=16",
+        "--root", tmp_path, "--trials", "1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "tr" / "trial-0000" / "requests.jsonl").read_text().splitlines()
+    ]
+    sent = [r["send_time"] - records[0]["send_time"] for r in records]
+    assert sent == pytest.approx([0.0, 0.2, 0.6, 0.8], abs=0.05)
+    assert [r["output_tokens"] for r in records] == [4, 6, 2, 4]
+    store = StudyStore(f"sqlite:///{tmp_path / 'tr' / 'study.db'}", create=False)
+    assert store.study_attrs("tr")["load"]["trace"] is True
+    refused = invoke(
+        "tune", "--study", "tr2", "--model", tiny_model, "--space", "cpu-quick",
+        "--workload", f"trace:path={trace}", "--rate", "5", "--root", tmp_path,
+    )  # fmt: skip
+    assert refused.exit_code == 2
+    assert "a trace sets its own arrivals: drop --rate" in refused.output
