@@ -225,3 +225,25 @@ def test_bench_command_measures_a_running_server(
     summary = json.loads(out_json.read_text())
     assert summary["completed"] == 16 and summary["errors"] == 0
     assert summary["output_throughput"] > 0
+
+
+def test_the_engine_counts_prefix_cache_hits_of_a_shared_prefix_workload(
+    served_best: Served, tiny_model: Path, tmp_path: Path
+) -> None:
+    """vLLM's own counters, read around the measured requests: 10 of 12 requests share their
+    group's 256-token prefix. With prefix caching off (a config the study may export), the
+    engine counts nothing and the rate is null, never 0."""
+    out_json = tmp_path / "shared.json"
+    workload = "shared-prefix:groups=2,prefix=256,input=16,output=4,prompts=12,warmup=1"
+    argv = [
+        *AUTOTUNE, "bench", "--url", served_best.url, "--model-path", str(tiny_model),
+        "--workload", workload, "--concurrency", "2", "--json", str(out_json),
+    ]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out_json.read_text())
+    assert summary["spec_acceptance_rate"] is None  # no speculative decoding
+    if yaml.safe_load(served_best.config.read_text()).get("enable-prefix-caching") is False:
+        assert summary["prefix_cache_hit_rate"] is None
+    else:  # about 10/12 of (256 - a partial block) / 273 tokens; 0.781 when recorded
+        assert 0.6 < summary["prefix_cache_hit_rate"] < 0.85
