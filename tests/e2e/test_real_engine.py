@@ -230,14 +230,15 @@ def test_bench_command_measures_a_running_server(
 def test_the_engine_counts_prefix_cache_hits_of_a_shared_prefix_workload(
     served_best: Served, tiny_model: Path, tmp_path: Path
 ) -> None:
-    """vLLM's own counters, read around the measured requests: 10 of 12 requests share their
-    group's 256-token prefix. With prefix caching off (a config the study may export), the
-    engine counts nothing and the rate is null, never 0."""
+    """vLLM's own counters, read around the measured requests: 10 of 12 requests find their
+    group's 256-token prefix, cached by the group's first (one request at a time: two of a
+    group at once would both miss). With prefix caching off (a config the study may export),
+    the engine counts nothing and the rate is null, never 0."""
     out_json = tmp_path / "shared.json"
     workload = "shared-prefix:groups=2,prefix=256,input=16,output=4,prompts=12,warmup=1"
     argv = [
         *AUTOTUNE, "bench", "--url", served_best.url, "--model-path", str(tiny_model),
-        "--workload", workload, "--concurrency", "2", "--json", str(out_json),
+        "--workload", workload, "--concurrency", "1", "--json", str(out_json),
     ]  # fmt: skip
     out = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr
@@ -245,5 +246,5 @@ def test_the_engine_counts_prefix_cache_hits_of_a_shared_prefix_workload(
     assert summary["spec_acceptance_rate"] is None  # no speculative decoding
     if yaml.safe_load(served_best.config.read_text()).get("enable-prefix-caching") is False:
         assert summary["prefix_cache_hit_rate"] is None
-    else:  # about 10/12 of (256 - a partial block) / 273 tokens; 0.781 when recorded
-        assert 0.6 < summary["prefix_cache_hit_rate"] < 0.85
+    else:  # at most 10/12 of 256 of about 273 tokens: 0.78
+        assert 0.65 < summary["prefix_cache_hit_rate"] < 0.82
