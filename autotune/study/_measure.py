@@ -289,7 +289,8 @@ def _repeated(
     trial_dir: Path,
     before_measured: Callable[[], None],
 ) -> tuple[list[RequestRecord], None, list[Summary]]:
-    """`plan.repeats` runs of the same requests on one engine (warm-up before the first)."""
+    """`plan.repeats` runs on one engine (warm-up before the first; each run its own prompts
+    of the workload, `Workplan.requests_for`)."""
     folder = trial_dir / layout.RUNS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     runs: list[tuple[Summary, list[RequestRecord]]] = []
