@@ -122,7 +122,8 @@ class Gate:
 
     def _predicted_unsupported(self, p: Proposal) -> str | None:
         """Why `p` would fail as earlier trials did: it carries every value of a learned rule."""
-        rule = next((r for r in p.rules if r.matches(p.params)), None)
+        params = self.space.effective(p.params)  # a value left out (`only_if`) is no culprit
+        rule = next((r for r in p.rules if r.matches(params)), None)
         if rule is None:
             return None
         values = self.space.describe(rule.values)

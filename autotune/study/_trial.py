@@ -195,7 +195,7 @@ class TrialRunner:
         the naive mode: the gate would not use it)."""
         if baseline or not self.recorder.learn_failures:
             return []
-        return learned_rules(_tried(finished))
+        return learned_rules(_tried(finished, self.harness.space))
 
     def _memory_verdict(
         self, study: optuna.Study, trial: Trial, config: EngineConfig, lease: Lease | None
@@ -279,12 +279,13 @@ def _known_ooms(finished: list[FrozenTrial]) -> list[tuple[int, dict[str, object
     ]
 
 
-def _tried(finished: list[FrozenTrial]) -> list[Tried]:
-    """The study's finished trials as the learned rules see them."""
+def _tried(finished: list[FrozenTrial], space: SearchSpace) -> list[Tried]:
+    """The study's finished trials as the learned rules see them: by the values that were set
+    (a value `only_if` left out cannot be what failed)."""
     return [
         Tried(
             t.number,
-            dict(t.params),
+            space.effective(t.params),
             str(t.user_attrs.get(keys.STATUS, "")),
             str(t.user_attrs.get(keys.REASON) or ""),
             started=_got_past_startup(t.user_attrs),

@@ -283,3 +283,29 @@ def test_the_estimate_reads_a_variants_own_checkpoint(tmp_path: Path) -> None:
     assert local_model(EngineConfig(model=str(bf16), args={})) == bf16
     assert local_model(EngineConfig(model=str(bf16), args={"model": str(w8a8)})) == w8a8
     assert local_model(EngineConfig(model="org/hub-model", args={})) is None
+
+
+def test_a_learned_rule_on_a_value_left_out_does_not_skip(tiny_model: Path, tmp_path: Path) -> None:
+    """A rule blaming `tokens` (set only with a speculative method) keeps configs with that
+    method from launching, not configs without one, whose engine does not see `tokens`."""
+    file = tmp_path / "spec.yaml"
+    file.write_text(
+        "name: s\nplatform: cpu\nfixed: {kv_cache_memory_bytes: 268435456}\nparameters:\n"
+        "  - {name: method, option: speculative_config.method, type: categorical,"
+        " choices: [null, ngram], baseline: null}\n"
+        "  - {name: tokens, option: speculative_config.num_speculative_tokens, type: int,"
+        " low: 1, high: 6, baseline: 3, only_if: {method: [ngram]}}\n"
+    )
+    space = load_space(file)
+    spec = TuneSpec.model_validate(
+        {"study": "g", "model": str(tiny_model), "space": str(file), "root": tmp_path}
+    )
+    harness = Harness(spec, space, measure=lambda config, trial_dir: None)  # type: ignore[arg-type,return-value]
+    gate = Gate(space, ModelInfo.from_path(spec.model), config_of=harness.engine_config)
+    rule = LearnedRule((3,), {"method": "ngram", "tokens": 5}, K.UNSUPPORTED, "boom not supported")
+    blamed = {"method": "ngram", "tokens": 5}
+    other = {"method": None, "tokens": 5}
+    verdict = gate.check(Proposal(blamed, harness.engine_config(blamed), rules=(rule,)))
+    assert verdict.status == K.PREDICTED_UNSUPPORTED
+    bare = LearnedRule((4,), {"tokens": 5}, K.UNSUPPORTED, "boom not supported")
+    assert gate.check(Proposal(other, harness.engine_config(other), rules=(bare,))).status is None
