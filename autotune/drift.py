@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.bench import RATES
+from autotune.bench import PER_TOKEN_COSTS, RATES
 from autotune.store import TrialRecord
 
 RIDGE = 0.01  # on the drift terms (s in [0, 1]): small, it only keeps few repeats stable
@@ -102,9 +102,14 @@ def scaled(name: str, value: float, speed: float) -> float:
     """`value` of metric `name` as at speed 1, measured at `speed`."""
     if name in RATES:
         return value / speed
-    if name.endswith("_ms"):
+    if _slower_is_more(name):
         return value * speed
     return value
+
+
+def _slower_is_more(name: str) -> bool:
+    """A latency, or a cost per token: what a slower host makes larger, in proportion."""
+    return name.endswith("_ms") or name in PER_TOKEN_COSTS
 
 
 def at_start(trial: TrialRecord, drift: Drift | None) -> TrialRecord:
@@ -115,7 +120,8 @@ def at_start(trial: TrialRecord, drift: Drift | None) -> TrialRecord:
     metrics = {k: scaled(k, v, speed) for k, v in trial.metrics.items()}
     # An SLO's constraint is measured / bound - 1 (autotune.study._objectives).
     constraints = {
-        k: (1.0 + c) * speed - 1.0 if k.endswith("_ms") else c for k, c in trial.constraints.items()
+        k: (1.0 + c) * speed - 1.0 if _slower_is_more(k) else c
+        for k, c in trial.constraints.items()
     }
     update = {"metrics": metrics, "constraints": constraints, "speed": speed}
     return trial.model_copy(update=update)

@@ -164,3 +164,13 @@ def test_with_nothing_feasible_the_closest_config_is_the_anchor() -> None:
     assert not any(t.feasible for t in trials)
     chosen = target(trials, OBJECTIVE, budget=15)
     assert chosen is not None and chosen.number == 2  # the least over its bound
+
+
+def test_each_metric_is_corrected_by_how_the_host_speed_moves_it() -> None:
+    from autotune.drift import scaled
+
+    assert scaled("output_throughput", 80.0, 0.8) == pytest.approx(100.0)  # a rate
+    assert scaled("p99_ttft_ms", 125.0, 0.8) == pytest.approx(100.0)  # a latency
+    assert scaled("cost_per_mtok", 2.5, 0.8) == pytest.approx(2.0)  # 1 / throughput
+    assert scaled("prefix_cache_hit_rate", 0.9, 0.8) == 0.9  # the engine's count: no speed
+    assert scaled("errors", 3.0, 0.8) == 3.0

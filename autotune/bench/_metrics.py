@@ -14,6 +14,8 @@ LATENCIES = ("ttft", "tpot", "itl", "e2e")
 THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "goodput")
 # Metrics that are rates (more is better; a slower host delivers less of them).
 RATES = frozenset({*THROUGHPUTS, "capacity_rps"})
+# Metrics in inverse proportion to a rate (a slower host makes them larger, as latencies).
+PER_TOKEN_COSTS = frozenset({"cost_per_mtok"})
 # What the engine counted over the measured requests (bench._counters); None: not counted.
 ENGINE_RATES = ("prefix_cache_hit_rate", "spec_acceptance_rate", "spec_acceptance_length")
 # Metrics a run may not have: None in the Summary, left out where metrics are stored.
