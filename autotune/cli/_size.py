@@ -43,7 +43,10 @@ def size(
         slos = ", ".join(f"{k} <= {v:g}" for k, v in (attrs.get("slos") or {}).items())
         if not rows:
             raise InputError(f"no config of study {study} held any rate within {slos}")
-        console.print(f"{rate:g} req/s within {slos}, from study {study}'s measured capacities:")
+        console.print(
+            f"{rate:g} req/s within {slos}, from study {study}'s measured capacities:",
+            markup=False,
+        )
         for row in rows[:top]:
             hosts = "" if row.hosts is None else f" on {row.hosts} host(s)"
             price = (
