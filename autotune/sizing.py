@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.engine import from_yaml_dict
 from autotune.status import TrialStatus
 from autotune.store import TrialRecord
 
@@ -31,13 +32,8 @@ class Sizing:
 
 
 def replica_devices(config: dict[str, object]) -> int:
-    """Devices one engine of `config` uses: tensor x pipeline parallel (its stored options)."""
-
-    def option(name: str) -> int:
-        value = config.get(name.replace("_", "-"), config.get(name, 1))
-        return int(value) if isinstance(value, int | float | str) else 1
-
-    return option("tensor_parallel_size") * option("pipeline_parallel_size")
+    """Devices one engine of `config` (a trial's stored options) uses."""
+    return from_yaml_dict(dict(config)).devices
 
 
 def size_for(

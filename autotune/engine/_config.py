@@ -23,6 +23,13 @@ class EngineConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Engine environment variables")
 
     @property
+    def devices(self) -> int:
+        """How many devices its engine uses: tensor x pipeline parallel."""
+        return int(self.args.get("tensor_parallel_size", 1)) * int(
+            self.args.get("pipeline_parallel_size", 1)
+        )
+
+    @property
     def api_model_name(self) -> str:
         """The model name a client must send."""
         return self.served_model_name or self.model

@@ -71,6 +71,7 @@ def yaml_key(name: str) -> str:
     return normalize_option(name).replace("_", "-")
 
 
+@cache
 def installed_vllm_options(site: Path | None = None) -> frozenset[str] | None:
     """The option names of the installed vLLM: the fields of `EngineArgs`, read from the
     source of `vllm/engine/arg_utils.py` (not imported: that would import torch), plus the

@@ -102,14 +102,8 @@ class Harness:
         if self.pool is None:
             yield config
             return
-        with self.pool.acquire(devices_needed(config)) as lease:
+        with self.pool.acquire(config.devices) as lease:
             yield self.engine_config(params, lease)
-
-
-def devices_needed(config: EngineConfig) -> int:
-    """How many devices a config's engine uses: tensor x pipeline parallel."""
-    args = config.args
-    return int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
 
 
 def _rerun_requests(spec: TuneSpec, run: int) -> list[RequestSpec]:

@@ -325,8 +325,7 @@ def _cost(result: Measurement, config: EngineConfig, plan: Workplan) -> None:
     on CPU the host counts as one device per worker) at the measured throughput."""
     if plan.device_cost_per_hour is None or result.summary is None:
         return
-    args = config.args
-    devices = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
+    devices = config.devices
     result.engine["cost"] = {"per_device_hour": plan.device_cost_per_hour, "devices": devices}
     result.summary = with_cost(result.summary, plan.device_cost_per_hour, devices)
 

@@ -29,7 +29,7 @@ from autotune.store import StudyStore, TrialRecord, TrialSlots
 from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
 from autotune.study._gate import LAUNCH, Gate, Proposal, SkipRule, Verdict
-from autotune.study._harness import Harness, devices_needed
+from autotune.study._harness import Harness
 from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._measure import Measurement
 from autotune.study._prune import FrontPoint, Judge, PruneRule, make_judge
@@ -253,7 +253,7 @@ class TrialRunner:
         pool = self.harness.pool
         if pool is None:
             return None
-        need = devices_needed(config)
+        need = config.devices
         while True:
             try:
                 return pool.acquire(need, timeout=0.5)

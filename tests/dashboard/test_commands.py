@@ -141,5 +141,10 @@ def test_the_command_serves_until_interrupted(studies: Studies) -> None:
         assert httpx.get(url, timeout=30).status_code == 200
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never left behind, even when it does not stop as it should
+            proc.communicate()
+            raise
     assert proc.returncode == 0 and "dashboard stopped" in err
