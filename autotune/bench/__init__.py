@@ -2,7 +2,14 @@
 records and their aggregation. Metric definitions: docs/metrics.md."""
 
 from autotune.bench._capacity import Capacity, CapacitySearch, find_capacity
-from autotune.bench._client import LoadClient, OpenAICompletionsClient, StreamError, run_benchmark
+from autotune.bench._client import (
+    LOAD_CLIENTS,
+    LoadClient,
+    LoadClientError,
+    LoadClientName,
+    OpenAICompletionsClient,
+    StreamError,
+)
 from autotune.bench._counters import EngineCounters, parse_counters, rates, with_rates
 from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
 from autotune.bench._load import LoadProfile
@@ -23,6 +30,13 @@ from autotune.bench._metrics import (
 )
 from autotune.bench._records import RequestRecord, read_records, write_records
 from autotune.bench._requests import build_requests
+from autotune.bench._run import run_benchmark
+from autotune.bench._vllm_bench import (
+    VllmBenchClient,
+    VllmBenchError,
+    check_installed,
+    check_workload,
+)
 from autotune.bench._workload import (
     JsonlWorkload,
     RandomWorkload,
@@ -36,6 +50,7 @@ from autotune.bench._workload import (
 
 __all__ = [
     "ENGINE_RATES",
+    "LOAD_CLIENTS",
     "METRIC_NAMES",
     "OPTIONAL",
     "PER_TOKEN_COSTS",
@@ -50,6 +65,8 @@ __all__ = [
     "Guard",
     "JsonlWorkload",
     "LoadClient",
+    "LoadClientError",
+    "LoadClientName",
     "LoadProfile",
     "OpenAICompletionsClient",
     "RandomWorkload",
@@ -60,9 +77,13 @@ __all__ = [
     "StreamError",
     "Summary",
     "TraceWorkload",
+    "VllmBenchClient",
+    "VllmBenchError",
     "Workload",
     "WorkloadError",
     "build_requests",
+    "check_installed",
+    "check_workload",
     "find_capacity",
     "median_summary",
     "parse_counters",

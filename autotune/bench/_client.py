@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
+from typing import Any, Literal, Protocol
 
 import httpx
 
@@ -23,6 +22,15 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[Any]]
+
+# The load clients a study may measure with (`--load-client`): the project's own streaming
+# client, or vLLM's reference client `vllm bench serve` (bench/_vllm_bench.py).
+LOAD_CLIENTS = ("autotune", "vllm-bench")
+LoadClientName = Literal["autotune", "vllm-bench"]
+
+
+class LoadClientError(RuntimeError):
+    """The load client itself failed (not one request): the trial has no measurement."""
 
 
 class LoadClient(Protocol):
@@ -293,44 +301,3 @@ class OpenAICompletionsClient:
                 now = self._clock()
                 self._last_progress = now
                 stream.feed(line, now)
-
-
-def run_benchmark(
-    base_url: str,
-    model: str,
-    warmup: Sequence[RequestSpec],
-    requests: Sequence[RequestSpec],
-    profile: LoadProfile,
-    *,
-    clock: Clock = time.perf_counter,
-    transport: httpx.AsyncBaseTransport | None = None,
-    guard: Guard | None = None,
-    before_measured: Callable[[], None] | None = None,
-) -> list[RequestRecord]:
-    """Run warm-up then measured requests against `base_url`; one record per measured request.
-
-    With a `guard`, raises `BenchmarkAborted` the moment it trips (see `LoadClient`);
-    `before_measured` is called once the warm-up is over (`EngineCounters.start`).
-
-    The garbage collector is paused for the run: a full collection over a large heap stalls the
-    event loop for long enough that whole streams are read, and stamped, at once.
-    """
-    client = OpenAICompletionsClient(base_url, model, clock=clock, transport=transport)
-    with _gc_paused():
-        run = client.run(
-            requests, profile, warmup=warmup, guard=guard, before_measured=before_measured
-        )
-        return asyncio.run(run)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.freeze()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        if was_enabled:
-            gc.enable()

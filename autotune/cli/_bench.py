@@ -19,14 +19,24 @@ from autotune.bench import (
     LoadProfile,
     RequestRecord,
     TraceWorkload,
+    VllmBenchError,
     build_requests,
+    check_installed,
+    check_workload,
     parse_workload,
     run_benchmark,
     summarize,
     with_rates,
     write_records,
 )
-from autotune.cli._common import CommandFailed, InputError, cli_errors, console, err_console
+from autotune.cli._common import (
+    CommandFailed,
+    InputError,
+    cli_errors,
+    console,
+    err_console,
+    parse_load_client,
+)
 from autotune.spec import parse_pairs
 from autotune.wording import did_you_mean
 
@@ -43,6 +53,9 @@ def bench(
     slo: Annotated[list[str] | None, typer.Option(help="METRIC=BOUND for goodput")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write summary JSON")] = None,
     records_out: Annotated[Path | None, typer.Option("--records", help="Per-request JSONL")] = None,
+    load_client: Annotated[
+        str, typer.Option(help="Who sends the requests: autotune or vllm-bench (vLLM's client)")
+    ] = "autotune",
 ) -> None:
     """Measure an endpoint with the tuner's client and metrics (docs/metrics.md)."""
     with cli_errors():
@@ -55,6 +68,13 @@ def bench(
             raise InputError("give --rate R or --concurrency C (or both)")
         if rate is not None and not rate > 0:
             raise InputError(f"--rate {rate:g}: expected a number > 0")
+        client = parse_load_client(load_client)
+        if client == "vllm-bench":
+            try:
+                check_workload(load)
+                check_installed()
+            except VllmBenchError as exc:
+                raise InputError(str(exc)) from None
         slos = _slos(slo or [])
         for flag, path in (("--json", json_out), ("--records", records_out)):
             if path is not None and path.is_dir():
@@ -65,8 +85,9 @@ def bench(
         counters = EngineCounters(url)
         with _held_warnings() as warnings:
             records = run_benchmark(
-                url, name, warmup, requests, profile, before_measured=counters.start
-            )
+                url, name, warmup, requests, profile, before_measured=counters.start,
+                client=client, tokenizer=model_path or name,
+            )  # fmt: skip
         _write(records_out, lambda path: write_records(path, records))
         failed = Counter(" ".join(r.error.split()) for r in records if r.error is not None)
         if failed.total() == len(records):

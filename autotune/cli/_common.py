@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from autotune.bench import WorkloadError
+from autotune.bench import LOAD_CLIENTS, LoadClientError, LoadClientName, WorkloadError
 from autotune.selection import InfeasibleError, SelectionError
 from autotune.space import SpaceError
 from autotune.spec import SpecError
@@ -78,7 +78,7 @@ def cli_errors() -> Iterator[None]:
     except _BAD_INPUT as exc:
         err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(EXIT_INPUT) from None
-    except (StudyError, CommandFailed) as exc:
+    except (StudyError, CommandFailed, LoadClientError) as exc:
         err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt:
@@ -87,6 +87,15 @@ def cli_errors() -> Iterator[None]:
             "interrupted; run the same command again to continue the study"
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def parse_load_client(value: str) -> LoadClientName:
+    """`--load-client`: one of LOAD_CLIENTS."""
+    if value == "autotune":
+        return "autotune"
+    if value == "vllm-bench":
+        return "vllm-bench"
+    raise InputError(f"--load-client {value!r}: expected one of: {', '.join(LOAD_CLIENTS)}")
 
 
 def setup_logging(verbose: bool) -> None:

@@ -19,6 +19,7 @@ from autotune.cli._common import (
     console,
     open_store,
     open_tuning_store,
+    parse_load_client,
     setup_logging,
     store_settings,
     worker_host,
@@ -175,6 +176,13 @@ def tune(
         int | None,
         typer.Option(help="Benchmark runs per trial on its engine; objectives are medians"),
     ] = None,
+    load_client: Annotated[
+        str | None,
+        typer.Option(
+            help="Who sends the measured requests: autotune (default) or vllm-bench "
+            "(`vllm bench serve`, vLLM's own client; see docs/metrics.md)"
+        ),
+    ] = None,
     prune: Annotated[
         bool | None,
         typer.Option(
@@ -255,6 +263,8 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     ):
         if flags[key] is not None:
             out[key] = flags[key]
+    if flags["load_client"] is not None:
+        out["load_client"] = parse_load_client(flags["load_client"])
     if flags["load"] is not None:
         if flags["load"] not in ("fixed", "capacity"):
             raise InputError(f"--load {flags['load']!r}: expected fixed or capacity")

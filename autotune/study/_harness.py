@@ -22,7 +22,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from autotune.bench import RequestSpec, WorkloadError, build_requests
+from autotune.bench import (
+    RequestSpec,
+    VllmBenchError,
+    WorkloadError,
+    build_requests,
+    check_installed,
+)
 from autotune.devices import (
     DeviceError,
     DeviceMemory,
@@ -136,7 +142,14 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         scenario=spec.scenario,
         rerun=functools.cache(partial(_rerun_requests, spec)),
         device_cost_per_hour=spec.device_cost_per_hour,
+        load_client=spec.load_client,
+        tokenizer=spec.model,
     )
+    if spec.load_client == "vllm-bench":
+        try:
+            check_installed()
+        except VllmBenchError as exc:
+            raise SpecError(str(exc)) from None
     cancel = threading.Event()
     settings = LaunchSettings(
         command=spec.engine.command,

@@ -24,6 +24,8 @@ from autotune.bench import (
     CapacitySearch,
     EngineCounters,
     Guard,
+    LoadClientError,
+    LoadClientName,
     LoadProfile,
     RequestRecord,
     RequestSpec,
@@ -73,6 +75,12 @@ class Workplan:
     # does not serve them. None: every run sends `requests`.
     rerun: Callable[[int], Sequence[RequestSpec]] | None = None
     device_cost_per_hour: float | None = None  # then each trial's cost_per_mtok is measured
+    load_client: LoadClientName = "autotune"  # who sends the measured requests (bench/_run.py)
+    tokenizer: str | None = None  # the model's folder, for vllm-bench's prompt lengths
+
+    def client(self) -> dict[str, Any]:
+        """`run_benchmark`'s keywords that pick the load client of the measured requests."""
+        return {"client": self.load_client, "tokenizer": self.tokenizer}
 
     def requests_for(self, run: int) -> Sequence[RequestSpec]:
         """The measured requests of run `run` (0: the first) on one engine."""
@@ -136,6 +144,8 @@ def measure(
                 records, capacity, runs = _run_plan(
                     engine.url, config.api_model_name, plan, guard, trial_dir, counters.start
                 )
+            except LoadClientError as exc:  # the client itself failed: nothing was measured
+                _fail(result, Failure(TrialStatus.BENCHMARK_ERROR, str(exc)))
             except BenchmarkAborted as aborted:
                 _write_records(trial_dir, aborted.records)
                 result.engine["abort"] = _noticed(str(aborted.abort.kind), aborted.abort.reason)
@@ -251,7 +261,7 @@ def _run_plan(
         if plan.repeats <= 1:
             records = run_benchmark(
                 url, model, plan.warmup, plan.requests, plan.profile, guard=guard,
-                before_measured=before_measured,
+                before_measured=before_measured, **plan.client(),
             )  # fmt: skip
             return records, None, []
         return _repeated(url, model, plan, guard, trial_dir, before_measured)
@@ -262,8 +272,9 @@ def _run_plan(
         warmup = plan.warmup if not runs else ()
         requests = plan.requests_for(len(runs))
         records = run_benchmark(
-            url, model, warmup, requests, profile, guard=guard, before_measured=before_measured
-        )
+            url, model, warmup, requests, profile, guard=guard, before_measured=before_measured,
+            **plan.client(),
+        )  # fmt: skip
         write_records(trial_dir / layout.LEVELS_DIR / layout.run_records(len(runs)), records)
         summary = summarize(records, plan.slos)
         runs.append((summary, records))
@@ -298,7 +309,7 @@ def _repeated(
         warmup = plan.warmup if k == 0 else ()
         records = run_benchmark(
             url, model, warmup, plan.requests_for(k), plan.profile, guard=guard,
-            before_measured=before_measured,
+            before_measured=before_measured, **plan.client(),
         )  # fmt: skip
         write_records(folder / layout.run_records(k), records)
         runs.append((summarize(records, plan.slos), records))

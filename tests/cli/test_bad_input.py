@@ -104,6 +104,17 @@ ROWS = [
     row("tune-sampler-bogus", tune("--sampler", "bogus"), "--sampler"),
     row("tune-search-bogus", tune("--search", "bogus"), "--search"),
     row("tune-remeasure-bogus", tune("--remeasure", "sometimes"), "--remeasure"),
+    row("tune-load-client-bogus", tune("--load-client", "curl"), "--load-client 'curl'"),
+    row(
+        "tune-vllm-bench-ids",
+        tune("--load-client", "vllm-bench", "--workload", "random:prompt_format=ids"),
+        "vllm-bench sends text prompts",
+    ),
+    row(
+        "tune-vllm-bench-prune",
+        tune("--load-client", "vllm-bench", "--prune"),
+        "--prune needs each request as it ends",
+    ),
     row("tune-study-bad-name", tune("--study", "bad/name"), "--study"),
     row("tune-option-typo", tune("--trails", "3"), "--trails (did you mean '--trials'?)"),
     # tune: where it runs and stores, what it starts from
@@ -161,6 +172,14 @@ ROWS = [
         "bench-url-no-scheme",
         ["bench", "--url", "127.0.0.1:9", "--workload", "random", "--concurrency", "1"],
         "--url",
+    ),
+    row(
+        "bench-vllm-bench-ids",
+        [
+            *("bench", "--url", "http://127.0.0.1:9", "--concurrency", "1"),
+            *("--workload", "random:prompt_format=ids", "--load-client", "vllm-bench"),
+        ],
+        "vllm-bench sends text prompts",
     ),
     row(
         "bench-unreachable",
