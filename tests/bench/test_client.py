@@ -377,3 +377,20 @@ def test_judge_sees_measured_requests_only_and_can_end_the_run() -> None:
     assert caught.value.abort == Abort(AbortKind.PRUNED, "decided")
     done = [r for r in caught.value.records if r.ok]
     assert 2 <= len(done) < 6
+
+
+def test_stream_lines_are_whole_whatever_the_reads() -> None:
+    """aiohttp hands the bytes over as they arrive: an event split over reads, several in
+    one read, blank separators and a last line without a newline all come out as lines."""
+    from autotune.bench._http import lines_of
+
+    reads = [b'data: {"a"', b": 1}\n\ndata: x\n\n: ping\n", b"\n", b"data: [DO", b"NE]"]
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for read in reads:
+            yield read
+
+    async def collect() -> list[str]:
+        return [line async for line in lines_of(chunks())]
+
+    assert asyncio.run(collect()) == ['data: {"a": 1}', "data: x", ": ping", "data: [DONE]"]
