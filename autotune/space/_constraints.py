@@ -246,6 +246,18 @@ def _eager_vs_graph_mode(s: Setting) -> str | None:
     return None
 
 
+def _capture_with_eager(s: Setting) -> str | None:
+    # Under enforce_eager vLLM captures no graph (cudagraph_mode NONE): a capture size changes
+    # nothing, and every size is the engine of `enforce_eager` alone.
+    size = s.options.get("max_cudagraph_capture_size")
+    if s.options.get("enforce_eager") and size is not None:
+        return (
+            f"enforce_eager captures no CUDA graph: max_cudagraph_capture_size ({size}) is the "
+            "same engine as enforce_eager without it"
+        )
+    return None
+
+
 def _long_prefill_vs_model_len(s: Setting) -> str | None:
     # SchedulerConfig (vLLM 0.32) raises at start-up for a threshold above max_model_len.
     threshold = int(s.options.get("long_prefill_token_threshold") or 0)
@@ -295,6 +307,7 @@ RULES: dict[str, Rule] = {
     "kv_cache_fits_request": _kv_cache_fits_request,
     "memory_utilization": _memory_utilization,
     "eager_vs_graph_mode": _eager_vs_graph_mode,
+    "capture_with_eager": _capture_with_eager,
     "long_prefill_vs_model_len": _long_prefill_vs_model_len,
     "long_prefill_without_chunking": _long_prefill_without_chunking,
     "async_with_ngram": _async_with_ngram,

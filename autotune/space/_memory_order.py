@@ -69,10 +69,11 @@ def memory_order(param: Parameter) -> str | list[Any]:
 def _rank(order: str | list[Any], value: Any) -> float | None:
     if value is None:
         return None
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
     if order == "up":
-        return float(value)
+        return float(value) if numeric else None  # a derived choice: ranks with itself only
     if order == "down":
-        return -float(value)
+        return -float(value) if numeric else None
     if isinstance(order, list):
         for i, item in enumerate(order):
             if type(item) is type(value) and item == value:

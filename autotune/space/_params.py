@@ -23,6 +23,7 @@ from optuna.trial import BaseTrial
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from autotune.engine import normalize_option
+from autotune.space._derived import DERIVED
 
 # The value a launcher replaces with the cores given to the trial (e.g. "0-3" or "0|1").
 CORES_PLACEHOLDER = "{cores}"
@@ -276,6 +277,11 @@ class CategoricalParam(_ParamBase):
     variants: StrictBool = Field(
         default=False, description="Choices name entries of the file's `variants` mapping"
     )
+    derived: list[str] = Field(
+        default_factory=list,
+        description="Choices whose value is computed from the config's other options when it "
+        "is made (space/_derived.py: decode_batch)",
+    )
 
     @property
     def target_option(self) -> str | None:
@@ -299,6 +305,14 @@ class CategoricalParam(_ParamBase):
             return [("variants", "a variants parameter sets no `option` or `env`")]
         if self.variants and not all(isinstance(c, str) for c in self.choices):
             return [("choices", "variant choices must be names (strings)")]
+        for i, name in enumerate(self.derived):
+            if name not in DERIVED:
+                known = ", ".join(DERIVED)
+                return [(f"derived[{i}]", f"unknown derived value {name!r} (known: {known})")]
+            if name not in self.choices:
+                return [(f"derived[{i}]", f"{name!r} is not one of the choices")]
+            if self.variants or self.env is not None:
+                return [("derived", "a derived value sets an option, not a variant or env var")]
         return []
 
     def _baseline_message(self) -> str:

@@ -20,6 +20,7 @@ from pydantic import (
 
 from autotune.engine import is_known_option, normalize_option, suggest_option
 from autotune.space._bounds import range_issues
+from autotune.space._derived import resolve
 from autotune.space._errors import SpaceError
 from autotune.space._params import BoolParam, CategoricalParam, Issue, Parameter, format_value
 
@@ -130,6 +131,7 @@ class SearchSpace(BaseModel):
         self._check_params(params)
         options = dict(self.fixed)
         env = dict(self.env)
+        derived: list[tuple[tuple[str, ...], str]] = []
         for param in self.parameters:
             value = params[param.name]
             if not param.active(params):
@@ -143,6 +145,10 @@ class SearchSpace(BaseModel):
             elif value is not None:
                 target = param.target_option or param.name
                 _merge(options, target, param.engine_value(value))
+                if isinstance(param, CategoricalParam) and value in param.derived:
+                    derived.append((param.option_path, value))
+        for path, name in derived:  # from the other options, once all are in
+            resolve(options, path, name)
         return options, env
 
     def effective(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
@@ -23,7 +24,7 @@ from autotune.bench import RequestRecord, read_records
 from autotune.devices import Lease, format_device_list
 from autotune.engine import EngineConfig
 from autotune.selection import pareto_front
-from autotune.space import ModelInfo, SearchSpace
+from autotune.space import ModelInfo, SearchSpace, SpaceError
 from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord, TrialSlots
 from autotune.study._errors import StudyError
@@ -305,12 +306,22 @@ def _got_past_startup(attrs: dict[str, object]) -> bool:
 
 def _measured_twin(trials: list[FrozenTrial], trial: Trial, space: SearchSpace) -> int | None:
     """A trial of the same config that was measured, or that holds a slot and runs now (the
-    same config: the same values of every parameter that is set, see `only_if`)."""
-    mine = space.effective(trial.params)
+    same config: the same engine options and variables, so values `only_if` leaves out and a
+    derived choice equal to a number do not make another one)."""
+    mine = _engine_of(space, trial.params)
     for other in trials:
-        if other.number == trial.number or space.effective(other.params) != mine:
+        if other.number == trial.number or _engine_of(space, other.params) != mine:
             continue
         key = keys.DEVICE_S if other.state == TrialState.COMPLETE else keys.SLOT
         if other.user_attrs.get(key) is not None:
             return other.number
     return None
+
+
+def _engine_of(space: SearchSpace, params: dict[str, Any]) -> object:
+    """What `params` launch (options, env), or the params themselves where this space cannot
+    make them (a trial of another version of it)."""
+    try:
+        return space.to_engine(params)
+    except SpaceError:
+        return params

@@ -109,3 +109,39 @@ def test_values_that_are_not_set_do_not_make_another_config(
     assert len(launched) == 5 and len({repr(c) for c in configs}) == 5
     assert sum(c is None for c in configs) == 1  # no speculation: one engine
     assert any(t.status == "duplicate" and t.params["method"] is None for t in trials)
+
+
+DERIVED = """
+name: derived
+platform: cpu
+fixed:
+  kv_cache_memory_bytes: 268435456
+parameters:
+  - name: max_num_seqs
+    type: categorical
+    choices: [8, 16]
+    baseline: 16
+  - name: max_cudagraph_capture_size
+    type: categorical
+    choices: [decode_batch, 8, 16]
+    derived: [decode_batch]
+    baseline: decode_batch
+"""
+
+
+def test_a_derived_choice_equal_to_a_number_is_the_same_config(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """decode_batch is max_num_seqs here: (8, decode_batch) launches what (8, 8) launches, so
+    six proposals are four engines, each launched once, the engine's YAML holding the number."""
+    space = tmp_path / "derived.yaml"
+    space.write_text(DERIVED)
+    argv = tune_args(tiny_model, tmp_path, "dv", "--trials", "4", "--sampler", "random")
+    argv[argv.index("cpu-quick")] = space
+    result = invoke(*argv)
+    assert result.exit_code == 0, result.output
+    trials = _store(tmp_path, "dv").trials("dv")
+    launched = [t for t in trials if t.device_s is not None]
+    engines = {(t.config["max-num-seqs"], t.config["max-cudagraph-capture-size"]) for t in launched}
+    assert len(launched) == 4 and engines == {(8, 8), (8, 16), (16, 8), (16, 16)}
+    assert trials[0].config["max-cudagraph-capture-size"] == 16  # the baseline: 16 sequences

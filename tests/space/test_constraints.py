@@ -99,6 +99,11 @@ RULE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
         },
         {},
     ),
+    "capture_with_eager": (
+        {"max_cudagraph_capture_size": 256, "enforce_eager": False},
+        {"max_cudagraph_capture_size": 256, "enforce_eager": True},
+        {},
+    ),
     "async_with_ngram": (
         {"async_scheduling": None, "speculative_config": {"method": "ngram"}},
         {"async_scheduling": False, "speculative_config": {"method": "ngram"}},
