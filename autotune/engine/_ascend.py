@@ -19,6 +19,12 @@ The boundaries come from vllm-ascend's release notes (docs/source/user_guide/rel
   is the first release after it whose notes we could confirm, so older ones are refused.
 - FULL_AND_PIECEWISE: v0.21.0rc1 "FULL_AND_PIECEWISE Graph Mode: Introduced"; older versions
   quietly ran it as PIECEWISE (PR #9174), which would measure a mislabelled config.
+- `additional_config` keys that replace `VLLM_ASCEND_*` variables: PR #9064 migrated ten of
+  them (docs/source/user_guide/configuration/additional_config.md, "Migration Guide"; the
+  variables stay as deprecated aliases). The earliest documentation branch that lists the keys
+  is releases-v0.20.2rc, so the keys are accepted from 0.20.2rc1; an older release reads only
+  the variable, and an unknown key of `additional_config` would be ignored there: the trial
+  would measure the default while labelled with the knob.
 """
 
 from __future__ import annotations
@@ -44,6 +50,21 @@ CUDAGRAPH_MODE_SINCE: dict[str, Version] = {
     "FULL": Version("0.12.0rc1"),
     "FULL_AND_PIECEWISE": Version("0.21.0rc1"),
 }
+
+# additional_config key -> the variable it replaced (PR #9064), accepted from ADDITIONAL_SINCE.
+ADDITIONAL_CONFIG_FROM_ENV: dict[str, str] = {
+    "enable_balance_scheduling": "VLLM_ASCEND_BALANCE_SCHEDULING",
+    "enable_flashcomm1": "VLLM_ASCEND_ENABLE_FLASHCOMM1",
+    "enable_matmul_allreduce": "VLLM_ASCEND_ENABLE_MATMUL_ALLREDUCE",
+    "enable_flashcomm2_parallel_size": "VLLM_ASCEND_FLASHCOMM2_PARALLEL_SIZE",
+    "msmonitor_use_daemon": "MSMONITOR_USE_DAEMON",
+    "enable_mlapo": "VLLM_ASCEND_ENABLE_MLAPO",
+    "weight_nz_mode": "VLLM_ASCEND_ENABLE_NZ",
+    "enable_context_parallel": "VLLM_ASCEND_ENABLE_CONTEXT_PARALLEL",
+    "enable_fused_mc2": "VLLM_ASCEND_ENABLE_FUSED_MC2",
+    "enable_transpose_kv_cache_by_block": "VLLM_ASCEND_FUSION_OP_TRANSPOSE_KV_CACHE_BY_BLOCK",
+}
+ADDITIONAL_SINCE = Version("0.20.2rc1")
 
 Problem = tuple[str, str]  # (dotted option path, message)
 
@@ -74,7 +95,22 @@ def ascend_option_problems(options: Mapping[str, Any], version: str | None) -> l
     problems = _cudagraph_mode_problems(options, installed)
     if installed is not None:
         problems += _torchair_problems(options, installed)
+        problems += _migrated_key_problems(options, installed)
     return problems
+
+
+def _migrated_key_problems(options: Mapping[str, Any], installed: Version) -> list[Problem]:
+    if installed >= ADDITIONAL_SINCE:
+        return []
+    keys = sorted(set(_dict_option(options, "additional_config")) & set(ADDITIONAL_CONFIG_FROM_ENV))
+    return [
+        (
+            f"additional_config.{key}",
+            f"needs vllm-ascend >= {ADDITIONAL_SINCE} (installed: {installed}); this version "
+            f"reads {ADDITIONAL_CONFIG_FROM_ENV[key]} instead",
+        )
+        for key in keys
+    ]
 
 
 def _dict_option(options: Mapping[str, Any], name: str) -> dict[str, Any]:

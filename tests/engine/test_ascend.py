@@ -150,3 +150,32 @@ def test_both_problems_reported() -> None:
         "additional_config.torchair_graph_config",
         "compilation_config.cudagraph_mode",
     ]
+
+
+@pytest.mark.parametrize("key", ["enable_flashcomm1", "weight_nz_mode", "enable_matmul_allreduce"])
+def test_migrated_additional_config_keys_gated_by_version(key: str) -> None:
+    """The keys that replaced VLLM_ASCEND_* variables (PR #9064): an older vllm-ascend ignores
+    them, so a trial would be labelled with a knob it did not run."""
+    options = {"additional_config": {key: True}}
+    ((path, message),) = ascend_option_problems(options, "0.13.0")
+    assert path == f"additional_config.{key}"
+    assert "needs vllm-ascend >= 0.20.2rc1 (installed: 0.13.0)" in message
+    assert "VLLM_ASCEND_" in message  # what that version reads instead
+    assert ascend_option_problems(options, "0.20.2rc1") == []
+    assert ascend_option_problems(options, None) == []  # not installed here: not judged
+
+
+def test_the_shipped_space_sets_tp_knobs_only_with_tensor_parallel() -> None:
+    from autotune.space import load_space
+    from autotune.space._host import HostFacts, restrict_to_host
+
+    space = load_space("ascend")
+    knobs = space.baseline_params() | {"flashcomm1": True, "matmul_allreduce": True}
+    tp2 = space.to_engine(knobs | {"tensor_parallel_size": 2})[0]
+    assert tp2["additional_config"] == {"enable_flashcomm1": True, "enable_matmul_allreduce": True}
+    assert "additional_config" not in space.to_engine(knobs)[0]  # TP 1: left out
+    old, lines = restrict_to_host(space, HostFacts(ascend_version="0.13.0"))
+    assert next(p for p in old.parameters if p.name == "flashcomm1").choices == [None]
+    assert any("dropped flashcomm1 true" in line for line in lines)
+    new, lines = restrict_to_host(space, HostFacts(ascend_version="0.23.0"))
+    assert next(p for p in new.parameters if p.name == "flashcomm1").choices == [None, True]
