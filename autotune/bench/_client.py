@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import httpx
 
@@ -25,8 +25,8 @@ Sleep = Callable[[float], Awaitable[Any]]
 
 # The load clients a study may measure with (`--load-client`): the project's own streaming
 # client, or vLLM's reference client `vllm bench serve` (bench/_vllm_bench.py).
-LOAD_CLIENTS = ("autotune", "vllm-bench")
 LoadClientName = Literal["autotune", "vllm-bench"]
+LOAD_CLIENTS: tuple[str, ...] = get_args(LoadClientName)
 
 
 class LoadClientError(RuntimeError):

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.bench._client import LoadClientError
+from autotune.bench._client import LoadClient, LoadClientError
 from autotune.bench._guard import Abort, BenchmarkAborted, Guard
 from autotune.bench._load import LoadProfile
 from autotune.bench._records import RequestRecord
@@ -158,8 +158,8 @@ def records_from_result(result: dict[str, Any], count: int) -> list[RequestRecor
 class VllmBenchClient:
     """A `LoadClient` whose measured requests are sent by `vllm bench serve` (see the module).
 
-    `warmup_client` sends the warm-up requests (the project's client); `argv` replaces vLLM's
-    command line in tests (`bench_argv`'s arguments are appended to it).
+    `warmup_client` sends the warm-up requests (the project's client; None: none are sent);
+    `command` replaces `vllm bench serve` itself in tests (`bench_argv`'s flags follow it).
     """
 
     def __init__(
@@ -168,7 +168,7 @@ class VllmBenchClient:
         model: str,
         tokenizer: str,
         *,
-        warmup_client: Any = None,
+        warmup_client: LoadClient | None = None,
         command: Sequence[str] = VLLM_BENCH,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -171,14 +171,14 @@ def test_both_load_clients_agree_within_5_percent(
 
     Both send 96 text prompts of 64 tokens for 32 output tokens at concurrency 16, seed n in
     round n, and share the host's two cores with the engine, as in any CPU study. One
-    unmeasured round first (a fresh server is slower), then rounds in ABBA order so that drift
+    unmeasured run first (a fresh server is slower), then rounds in ABBA order so that drift
     on this shared machine favours neither client.
     """
     url = served_best.url
     runs: dict[str, dict[str, list[float]]] = {
         c: {"ttft": [], "tpot": []} for c in ("autotune", "vllm-bench")
     }
-    for n, order in enumerate(("ab", "ab", "ba", "ab", "ba")):
+    for n, order in enumerate(("a", "ab", "ba", "ab", "ba")):
         for who in order:
             client = "autotune" if who == "a" else "vllm-bench"
             summary = _bench(url, tiny_model, tmp_path, client, n)
