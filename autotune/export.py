@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from autotune.drift import compared
-from autotune.engine import env_file_text
+from autotune.engine import config_file_mapping, env_file_text
 from autotune.host import hardware_line, serve_command
 from autotune.numbers import readable
 from autotune.selection import (
@@ -145,7 +145,8 @@ def render_export(
         command = f"set -a; . {env_path}; set +a; {command}"
     lines = [*header_lines(study, trial, attrs, how), f"serve: {command}"]
     header = "".join(f"# {line}\n" for line in lines)
-    body = yaml.safe_dump(trial.config, sort_keys=False, default_flow_style=False)
+    mapping = config_file_mapping(trial.config)
+    body = yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False)
     env = env_file_text(trial.env) if env_path is not None else None
     return ExportText(header + body, env, command)
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autotune.engine import EngineConfig, to_yaml_dict
+from autotune.engine import EngineConfig, config_file_mapping, to_yaml_dict
 from autotune.export import export_trial, render_export
 from autotune.host import serve_command
 from autotune.space import load_space
@@ -26,6 +26,9 @@ CONFIG = {
     "kv-cache-memory-bytes": 536870912,
     "max-num-seqs": 64,
 }
+# As `vllm serve --config` must read it: a false switch as `no-KEY: true` (config_file_mapping).
+SERVED = config_file_mapping(CONFIG)
+assert SERVED["no-enable-prefix-caching"] is True
 ATTRS: dict[str, Any] = {
     "workload": {"type": "random", "input": 32, "output": 8, "prompts": 8},
     "load": {"rate": 100.0, "concurrency": None},
@@ -63,7 +66,7 @@ def header(path: Path) -> list[str]:
 def test_yaml_content_is_the_trial_config(tmp_path: Path) -> None:
     out = tmp_path / "best.yaml"
     export_trial("s1", trial(), ATTRS, out, "pick knee")
-    assert yaml.safe_load(out.read_text()) == CONFIG
+    assert yaml.safe_load(out.read_text()) == SERVED
     body = [line for line in out.read_text().splitlines() if not line.startswith("#")]
     assert body[0] == "model: /models/tiny"  # order kept: model first
 
@@ -97,7 +100,7 @@ def test_unmeasured_trial_says_so(tmp_path: Path) -> None:
     assert "not measured: oom CUDA out of memory" in lines
     assert "SLOs: none" in lines
     assert any(line.startswith("vLLM: unknown; host: ") for line in lines)
-    assert yaml.safe_load(out.read_text()) == CONFIG
+    assert yaml.safe_load(out.read_text()) == SERVED
 
 
 def test_no_env_file_without_env(tmp_path: Path) -> None:
@@ -117,7 +120,7 @@ def test_env_file_and_serve_command_with_env(tmp_path: Path) -> None:
     assert done.env_path.read_text() == "VLLM_CPU_KVCACHE_SPACE=4\nVLLM_CPU_OMP_THREADS_BIND=0-1\n"
     assert done.command == f"set -a; . {done.env_path}; set +a; {serve_command(str(out))}"
     assert header(out)[-1] == f"serve: {done.command}"
-    assert yaml.safe_load(out.read_text()) == CONFIG  # env vars are not vLLM options
+    assert yaml.safe_load(out.read_text()) == SERVED  # env vars are not vLLM options
 
 
 def test_render_export_is_byte_for_byte_what_export_writes(tmp_path: Path) -> None:
@@ -210,3 +213,35 @@ def test_vllm_reads_the_exported_graph_mode(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     parsed = json.loads(result.stdout.strip().splitlines()[-1])
     assert parsed == {"model": str(model), "mode": "FULL", "seqs": 256}
+
+
+# The parser `vllm serve --config` reads the file with, as vLLM's CLI main builds it.
+_VLLM_SERVE_READS_CONFIG = """
+import json, sys
+from vllm.entrypoints.cli.serve import cmd_init
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser()
+subparsers = parser.add_subparsers(required=False, dest="subparser")
+for cmd in cmd_init():
+    cmd.subparser_init(subparsers)
+print(json.dumps([parser.parse_args(["serve", "--config", path]).enable_prefix_caching
+                  for path in sys.argv[1:]]))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_vllm_serve_turns_prefix_caching_off_as_exported(tmp_path: Path) -> None:
+    """An exported `enable_prefix_caching: false` is off in `vllm serve --config`. Spelled
+    `enable-prefix-caching: false`, vLLM 0.32 drops it there (None: its default, on), which is
+    how a served export once ran with the cache the study had measured without."""
+    out = tmp_path / "best.yaml"
+    export_trial("s1", trial(), ATTRS, out, "trial 3")
+    assert "no-enable-prefix-caching: true" in out.read_text()
+    naive = tmp_path / "naive.yaml"
+    naive.write_text("model: /models/tiny\nenable-prefix-caching: false\n")
+    result = subprocess.run(
+        [sys.executable, "-c", _VLLM_SERVE_READS_CONFIG, str(out), str(naive)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [False, None]

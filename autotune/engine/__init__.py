@@ -1,6 +1,7 @@
 """Engine configs, their argv/YAML spelling, and the subprocess launcher."""
 
 from autotune.engine._args import (
+    config_file_mapping,
     env_file_text,
     from_yaml_dict,
     option_argv,
@@ -118,6 +119,7 @@ __all__ = [
     "classify_exit",
     "classify_log",
     "cli_flag",
+    "config_file_mapping",
     "default_cores",
     "engine_tuner",
     "env_file_text",

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from autotune.engine._config import EngineConfig
-from autotune.engine._options import cli_flag, normalize_option, yaml_key
+from autotune.engine._options import cli_flag, known_options, normalize_option, yaml_key
 
 _IDENTITY_KEYS = ("model", "served_model_name")
 
@@ -27,16 +27,48 @@ def to_yaml_dict(config: EngineConfig) -> dict[str, Any]:
     return out
 
 
-def to_yaml_text(config: EngineConfig, header: str = "") -> str:
-    """YAML text for `vllm serve --config`, optionally after a comment header."""
-    body = yaml.safe_dump(to_yaml_dict(config), sort_keys=False, default_flow_style=False)
+def config_file_mapping(data: dict[str, Any]) -> dict[str, Any]:
+    """A `to_yaml_dict` mapping as a `--config` file must spell it: a `false` switch as
+    `no-KEY: true`.
+
+    vLLM 0.32 turns `KEY: false` into `--no-KEY` only where the parser reading the file has that
+    option (`FlexibleArgumentParser.load_config_file`). `vllm serve --config` reads the file
+    with the top-level parser, which has no `--no-...` options of the `serve` subcommand: the
+    `false` was dropped and the server ran vLLM's default (an export with
+    `enable-prefix-caching: false` served with prefix caching on; seen in its log). `no-KEY:
+    true` becomes `--no-KEY`, which both entry points take, as the argv path spells it.
+    """
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if value is False and normalize_option(key) in known_options():
+            out[f"no-{key}"] = True
+        else:
+            out[key] = value
+    return out
+
+
+def to_yaml_text(config: EngineConfig, header: str = "", *, serve: bool = True) -> str:
+    """YAML text for `vllm serve --config`, optionally after a comment header; `serve=False`:
+    the plain mapping (the offline child reads it as `vllm.LLM` keyword arguments)."""
+    mapping = to_yaml_dict(config)
+    if serve:
+        mapping = config_file_mapping(mapping)
+    body = yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False)
     lines = [f"# {line}".rstrip() for line in header.splitlines()] if header else []
     return "\n".join([*lines, body]) if lines else body
 
 
 def from_yaml_dict(data: dict[str, Any], env: dict[str, str] | None = None) -> EngineConfig:
-    """Read a `--config` mapping back into an EngineConfig (the inverse of `to_yaml_dict`)."""
-    args = {normalize_option(key): value for key, value in data.items()}
+    """Read a `--config` mapping back into an EngineConfig (the inverse of `to_yaml_dict`;
+    `no-KEY: true`, as `config_file_mapping` writes a false switch, is `KEY: false`)."""
+    args: dict[str, Any] = {}
+    for key, value in data.items():
+        name = normalize_option(key)
+        negated = name.removeprefix("no_")
+        if name.startswith("no_") and value is True and negated in known_options():
+            args[negated] = False
+        else:
+            args[name] = value
     model = args.pop("model", None)
     if not isinstance(model, str) or not model:
         raise ValueError("the engine config has no 'model'")

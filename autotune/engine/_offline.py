@@ -164,7 +164,7 @@ def _write_inputs(
         trial_dir / layout.OFFLINE_RESULT,
         trial_dir / layout.ENGINE_LOG,
     )
-    paths.config.write_text(to_yaml_text(config))
+    paths.config.write_text(to_yaml_text(config, serve=False))
     if config.env:
         (trial_dir / layout.ENGINE_ENV).write_text(
             env_file_text(resolve_env(config.env, settings.cores))

@@ -285,7 +285,11 @@ def load_options(path: str | None) -> dict[str, Any]:
         return {}
     with open(path, encoding="utf-8") as src:
         data = yaml.safe_load(src) or {}
-    return {str(key).replace("-", "_"): value for key, value in data.items()}
+    options = {str(key).replace("-", "_"): value for key, value in data.items()}
+    for key in [k for k, v in options.items() if k.startswith("no_") and v is True]:
+        options[key[3:]] = False  # `no-KEY: true`: how vLLM's --config file says KEY false
+        del options[key]
+    return options
 
 
 def main() -> None:

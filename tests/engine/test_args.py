@@ -11,6 +11,7 @@ import yaml
 
 from autotune.engine import (
     EngineConfig,
+    config_file_mapping,
     env_file_text,
     from_yaml_dict,
     option_argv,
@@ -123,14 +124,14 @@ def test_yaml_text_with_header_reads_back() -> None:
     lines = text.splitlines()
     assert lines[:3] == ["# Best config of study s1", "#", "# trial 7: 1,234 tok/s"]
     assert not lines[3].startswith("#")
-    assert yaml.safe_load(text) == to_yaml_dict(CONFIG)
+    assert from_yaml_dict(yaml.safe_load(text)) == CONFIG
 
 
 def test_yaml_text_without_header() -> None:
     text = to_yaml_text(CONFIG)
     assert text.startswith("model: /models/tiny\n")
     assert "#" not in text
-    assert yaml.safe_load(text) == to_yaml_dict(CONFIG)
+    assert yaml.safe_load(text) == config_file_mapping(to_yaml_dict(CONFIG))
 
 
 ENV = {
@@ -168,3 +169,22 @@ def test_env_file_is_read_back_by_bash(tmp_path: Path, key: str) -> None:
     )
     assert result.stdout == ENV[key]
     assert result.stderr == ""
+
+
+def test_a_false_switch_is_written_as_no_key_for_vllm_serve() -> None:
+    """`vllm serve --config` (vLLM 0.32) drops `KEY: false`: its top-level parser has no
+    `--no-KEY` of the serve subcommand. `no-KEY: true` reaches the subcommand as `--no-KEY`."""
+    config = EngineConfig(
+        model="/m", args={"enable_prefix_caching": False, "enforce_eager": True, "x_y": False}
+    )
+    data = yaml.safe_load(to_yaml_text(config))
+    assert data["no-enable-prefix-caching"] is True and "enable-prefix-caching" not in data
+    assert data["enforce-eager"] is True
+    assert data["x-y"] is False  # not a vLLM option: left as it is
+    assert to_yaml_dict(config)["enable-prefix-caching"] is False  # what the store keeps
+    back = from_yaml_dict(data)
+    assert (
+        back.args["enable_prefix_caching"] is False and "no_enable_prefix_caching" not in back.args
+    )
+    plain = yaml.safe_load(to_yaml_text(config, serve=False))  # the offline child's kwargs
+    assert plain["enable-prefix-caching"] is False

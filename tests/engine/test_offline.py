@@ -182,7 +182,7 @@ def test_the_child_reads_the_engine_yaml_as_llm_keywords(tmp_path: Path) -> None
         args={"max_num_seqs": 4, "compilation_config": {"mode": 0}, "enable_prefix_caching": False},
     )
     path = tmp_path / "engine.yaml"
-    path.write_text(to_yaml_text(config))
+    path.write_text(to_yaml_text(config, serve=False))  # as the offline runner writes it
     assert read_engine_options(path) == {
         "model": "/m/tiny",
         "served_model_name": "tiny",
