@@ -104,7 +104,9 @@ def test_two_runners_share_one_budget_without_duplicates(
     make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
 ) -> None:
     spec = make_spec(trials=6)
-    first = DeviceWatch(measure, hold_s=0.2)
+    # Each trial holds its device 0.5 s, so that the joining runner (which waits for the
+    # baseline, then opens its own sampler) overlaps the first one on a slow host too.
+    first = DeviceWatch(measure, hold_s=0.5)
     StudyStore(spec.storage_url)  # created before the two race for it
     runners = [
         StudyRunner(
