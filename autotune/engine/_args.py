@@ -47,6 +47,15 @@ def config_file_mapping(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def logical_option(key: str, value: Any) -> tuple[str, Any]:
+    """One `--config` entry as (option name, value): `no-KEY: true` is `(KEY, False)`, the
+    inverse of `config_file_mapping`."""
+    name = normalize_option(key)
+    if name.startswith("no_") and value is True and name[3:] in known_options():
+        return name[3:], False
+    return name, value
+
+
 def to_yaml_text(config: EngineConfig, header: str = "", *, serve: bool = True) -> str:
     """YAML text for `vllm serve --config`, optionally after a comment header; `serve=False`:
     the plain mapping (the offline child reads it as `vllm.LLM` keyword arguments)."""
@@ -61,14 +70,7 @@ def to_yaml_text(config: EngineConfig, header: str = "", *, serve: bool = True) 
 def from_yaml_dict(data: dict[str, Any], env: dict[str, str] | None = None) -> EngineConfig:
     """Read a `--config` mapping back into an EngineConfig (the inverse of `to_yaml_dict`;
     `no-KEY: true`, as `config_file_mapping` writes a false switch, is `KEY: false`)."""
-    args: dict[str, Any] = {}
-    for key, value in data.items():
-        name = normalize_option(key)
-        negated = name.removeprefix("no_")
-        if name.startswith("no_") and value is True and negated in known_options():
-            args[negated] = False
-        else:
-            args[name] = value
+    args = dict(logical_option(key, value) for key, value in data.items())
     model = args.pop("model", None)
     if not isinstance(model, str) or not model:
         raise ValueError("the engine config has no 'model'")

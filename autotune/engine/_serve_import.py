@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from autotune.engine._options import known_options, normalize_option
+from autotune.engine._args import logical_option
+from autotune.engine._options import normalize_option
 
 SHORT_FLAGS = {
     "-tp": "tensor_parallel_size",
@@ -237,9 +238,7 @@ def _yaml_mapping(text: str, path: Path) -> dict[str, Any]:
 
 def _from_mapping(data: dict[str, Any], result: ServeCommand) -> ServeCommand:
     for raw, value in data.items():
-        key = normalize_option(str(raw))
-        if key.startswith("no_") and value is True and key[3:] in known_options():
-            key, value = key[3:], False  # `no-KEY: true`, as an export spells a false switch
+        key, value = logical_option(str(raw), value)  # `no-KEY: true` is KEY false
         if key == "model":
             result.model = str(value)
         elif key == "served_model_name":
