@@ -18,6 +18,7 @@ from autotune.space import load_space
 from autotune.study import Measurement
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "search_efficiency.py"
+sys.path.insert(0, str(SCRIPT.parent))  # the script imports its measurement_table beside it
 
 
 def _load(path: Path) -> ModuleType:
