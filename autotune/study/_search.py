@@ -22,7 +22,8 @@ from autotune.bench import RATES
 from autotune.space import SearchSpace, memory_order
 from autotune.spec import Objective, TuneSpec
 from autotune.study._guided import GuidedSampler
-from autotune.study._remeasure import DriftAwareSampler, remeasure_on
+from autotune.study._remeasure import remeasure_on
+from autotune.study._told import DriftAwareSampler
 
 logger = logging.getLogger(__name__)
 

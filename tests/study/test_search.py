@@ -11,7 +11,7 @@ from autotune.space import load_space
 from autotune.spec import TuneSpec
 from autotune.study import _search, make_sampler, sampler_name, told_objectives
 from autotune.study._guided import GuidedSampler
-from autotune.study._remeasure import DriftAwareSampler
+from autotune.study._told import DriftAwareSampler
 
 
 def spec(**fields: object) -> TuneSpec:
