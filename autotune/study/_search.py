@@ -23,7 +23,7 @@ from autotune.space import SearchSpace, memory_order
 from autotune.spec import Objective, TuneSpec
 from autotune.study._guided import GuidedSampler
 from autotune.study._remeasure import remeasure_on
-from autotune.study._told import DriftAwareSampler
+from autotune.study._told import ToldSampler
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +60,13 @@ def make_sampler(
     """The spec's sampler, seeded with `spec.seed + offset` (a resumed study passes the number
     of trials it has, so that it does not propose its first configs again)."""
     sampler = _base_sampler(spec, space, spec.seed + offset)
-    if remeasure_on(spec):  # told the values as at the study's start (see `_remeasure`)
-        return DriftAwareSampler(sampler, [o.metric for o in told_objectives(spec)])
-    return sampler
+    if isinstance(sampler, optuna.samplers.RandomSampler):
+        return sampler  # it reads nothing of the study
+    slos = [*spec.slos, *(n for n in spec.relative_slos if n not in spec.slos)]
+    if not remeasure_on(spec) and not slos:
+        return sampler  # without repeats and SLOs it would be told the stored values
+    # Told the values as at the study's start, SLO constraints on a log scale (see `_told`).
+    return ToldSampler(sampler, [o.metric for o in told_objectives(spec)], slos)
 
 
 def _base_sampler(spec: TuneSpec, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:

@@ -1,35 +1,56 @@
-"""What the sampler is told: every measured trial's objective values as at the study's start.
+"""What the sampler is told: every measured trial's values as at the study's start, and each
+SLO's constraint on a log scale.
 
-A sampler learns from the values stored with each trial; on a host whose speed drifts those
-are the host's as much as the config's. `DriftAwareSampler` wraps the study's sampler and shows
-it a view of the study in which every measured trial's objective values are scaled to the
-host's speed at the study's start (the drift its re-measured configs show,
-`autotune.drift.fit_drift`); without a drift estimate, the stored values.
+A sampler learns from the values stored with each trial. Two things in them mislead it:
+
+- **the host's drift**: on a host whose speed drifts, the values are the host's as much as the
+  config's. Every measured trial's objective values and SLO constraints are scaled to the
+  host's speed at the study's start (the drift its re-measured configs show,
+  `autotune.drift.fit_drift`); without a drift estimate, they are the measured ones;
+- **the scale of a violation**: an SLO's stored constraint is `measured / bound - 1`
+  (`_objectives`). A queue that builds up makes a p99 TTFT hundreds of times its bound, while
+  the feasible configs sit within a few tens of percent of it; a Gaussian process fitted to
+  those raw values (Optuna's `GPSampler` standardizes them) sees every feasible config as the
+  same point. The sampler is told `log(measured / bound)` instead: the same sign (<= 0 is
+  feasible), so feasibility is unchanged, and near the bound the same slope.
+
+`ToldSampler` wraps the study's sampler and shows it that view of the study; the stored trials
+are never changed (selection and `show` read them as they are).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Container, Sequence
 from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.study import Study
+from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import store as keys
 from autotune.drift import Drift, fit_drift, scaled
 from autotune.store import TrialRecord
 
+MIN_RATIO = 1e-3  # a measured latency of 0 (no request measured it) is told as 1/1000 of its bound
 
-class DriftAwareSampler(optuna.samplers.BaseSampler):
-    """`base`, told every measured trial's objective values as at the study's start (the
-    drift its re-measured configs show); without a drift estimate, the stored values."""
 
-    def __init__(self, base: optuna.samplers.BaseSampler, objectives: Sequence[str]) -> None:
+class ToldSampler(optuna.samplers.BaseSampler):
+    """`base`, told the study as `view` shows it: objective values (of `objectives`) and SLO
+    constraints (of `slos`) as at the study's start, the SLOs' on a log scale."""
+
+    def __init__(
+        self,
+        base: optuna.samplers.BaseSampler,
+        objectives: Sequence[str],
+        slos: Sequence[str] = (),
+    ) -> None:
         self.base = base
         self.objectives = list(objectives)
+        self.slos = list(slos)
 
     def infer_relative_search_space(
         self, study: Study, trial: FrozenTrial
@@ -39,7 +60,9 @@ class DriftAwareSampler(optuna.samplers.BaseSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        return self.base.sample_relative(_view(study, self.objectives), trial, search_space)
+        return self.base.sample_relative(
+            view(study, self.objectives, self.slos), trial, search_space
+        )
 
     def sample_independent(
         self,
@@ -48,8 +71,8 @@ class DriftAwareSampler(optuna.samplers.BaseSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        view = _view(study, self.objectives)
-        return self.base.sample_independent(view, trial, param_name, param_distribution)
+        told = view(study, self.objectives, self.slos)
+        return self.base.sample_independent(told, trial, param_name, param_distribution)
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         self.base.before_trial(study, trial)
@@ -67,21 +90,40 @@ class DriftAwareSampler(optuna.samplers.BaseSampler):
         self.base.reseed_rng()
 
 
-def _view(study: Study, objectives: Sequence[str]) -> Study:
+def view(study: Study, objectives: Sequence[str], slos: Sequence[str]) -> Study:
+    """The study as the sampler is told it (see the module's text)."""
     trials = study.get_trials(deepcopy=False)
     drift = fit_drift([TrialRecord.from_frozen(t) for t in trials])
-    if drift is None:
+    if drift is None and not slos:
         return study
-    return _StudyView(study, [_corrected(t, drift, objectives) for t in trials])  # type: ignore[return-value]
+    told = [_told(t, drift, objectives, slos) for t in trials]
+    return _StudyView(study, told)  # type: ignore[return-value]
 
 
-def _corrected(trial: FrozenTrial, drift: Drift, objectives: Sequence[str]) -> FrozenTrial:
-    at = trial.user_attrs.get(keys.MEASURED_AT)
-    if trial.values is None or at is None or trial.user_attrs.get(keys.METRICS) is None:
+def log_ratio(constraint: float, speed: float = 1.0) -> float:
+    """An SLO's constraint (`measured / bound - 1`, measured at `speed`) as the sampler is
+    told it: `log(measured / bound)` as at speed 1."""
+    return math.log(max((1.0 + constraint) * speed, MIN_RATIO))
+
+
+def _told(
+    trial: FrozenTrial, drift: Drift | None, objectives: Sequence[str], slos: Sequence[str]
+) -> FrozenTrial:
+    if trial.values is None:
         return trial
-    speed = drift.speed(float(at))
+    at = trial.user_attrs.get(keys.MEASURED_AT)
+    measured = trial.user_attrs.get(keys.METRICS) is not None
+    speed = drift.speed(float(at)) if drift is not None and measured and at is not None else 1.0
     out = copy.copy(trial)
-    out._values = [scaled(m, v, speed) for m, v in zip(objectives, trial.values, strict=False)]
+    if speed != 1.0:
+        out._values = [scaled(m, v, speed) for m, v in zip(objectives, trial.values, strict=False)]
+    prefix = f"{_CONSTRAINTS_KEY}:"
+    attrs = dict(trial.system_attrs)
+    for name in slos:
+        key = prefix + name
+        if key in attrs:  # a failed trial's 1.0 is told as log 2: violated, whatever its speed
+            attrs[key] = log_ratio(attrs[key], speed)
+    out._system_attrs = attrs
     return out
 
 

@@ -11,7 +11,7 @@ from autotune.space import load_space
 from autotune.spec import TuneSpec
 from autotune.study import _search, make_sampler, sampler_name, told_objectives
 from autotune.study._guided import GuidedSampler
-from autotune.study._told import DriftAwareSampler
+from autotune.study._told import ToldSampler
 
 
 def spec(**fields: object) -> TuneSpec:
@@ -25,14 +25,14 @@ def test_goal_tells_the_first_objective_pareto_all() -> None:
 
 def base(sampler: optuna.samplers.BaseSampler) -> optuna.samplers.BaseSampler:
     """The sampler that proposes: a goal search wraps it to tell it drift-corrected values."""
-    return sampler.base if isinstance(sampler, DriftAwareSampler) else sampler
+    return sampler.base if isinstance(sampler, ToldSampler) else sampler
 
 
 def test_auto_is_gp_for_goal_and_tpe_for_pareto() -> None:
     space = load_space("cpu-quick")
     assert sampler_name(spec()) == "gp"
     goal = make_sampler(spec(), space)
-    assert isinstance(goal, DriftAwareSampler) and isinstance(goal.base, optuna.samplers.GPSampler)
+    assert isinstance(goal, ToldSampler) and isinstance(goal.base, optuna.samplers.GPSampler)
     pareto = make_sampler(spec(search="pareto"), space)
     assert isinstance(pareto, optuna.samplers.TPESampler)  # no re-measures: told as measured
     assert isinstance(base(make_sampler(spec(sampler="guided"), space)), GuidedSampler)

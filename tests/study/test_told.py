@@ -1,0 +1,91 @@
+"""autotune.study._told: what the sampler is told of the study's trials."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from autotune import store as keys
+from autotune.spec import TuneSpec
+from autotune.space import load_space
+from autotune.study import make_sampler
+from autotune.study._told import ToldSampler, log_ratio, view
+
+SLOS = ["p99_ttft_ms"]
+
+
+def add(
+    study: optuna.Study,
+    seqs: int,
+    throughput: float,
+    ttft_ratio: float,
+    at: float | None,
+    failed: bool = False,
+) -> None:
+    """A finished trial of `max_num_seqs=seqs` as the recorder stores it (an SLO's constraint
+    is `measured / bound - 1`)."""
+    study.enqueue_trial({"max_num_seqs": seqs})
+    trial = study.ask({"max_num_seqs": optuna.distributions.IntDistribution(1, 1024)})
+    if not failed:
+        trial.set_user_attr(keys.STATUS, "ok")
+        trial.set_user_attr(keys.METRICS, {"output_throughput": throughput})
+        trial.set_user_attr(keys.MEASURED_AT, at)
+    trial.set_constraint("failed", 1.0 if failed else 0.0)
+    trial.set_constraint("p99_ttft_ms", 1.0 if failed else ttft_ratio - 1.0)
+    study.tell(trial, [0.0 if failed else throughput])
+
+
+def test_an_slo_constraint_is_told_as_a_log_ratio_with_its_sign() -> None:
+    for ratio in (0.3, 0.97, 1.0, 1.03, 143.0):
+        told = log_ratio(ratio - 1.0)
+        assert told == pytest.approx(math.log(ratio))
+        assert (told <= 0) == (ratio - 1.0 <= 0)  # feasibility is unchanged
+    assert log_ratio(-1.0) == pytest.approx(math.log(1e-3))  # a latency of 0: finite
+    # measured at a host speed of 0.8, as at the start: 20% less latency
+    assert log_ratio(0.25, speed=0.8) == pytest.approx(0.0)
+
+
+def test_the_view_tells_log_ratios_and_leaves_the_stored_trials_alone() -> None:
+    study = optuna.create_study(direction="maximize")
+    add(study, 8, 100.0, 143.0, at=100.0)  # a queue: 143x the bound
+    add(study, 64, 120.0, 0.96, at=200.0)  # just inside
+    add(study, 256, 0.0, 0.0, at=None, failed=True)  # out of memory: nothing measured
+    told = view(study, ["output_throughput"], SLOS).get_trials(deepcopy=False)
+    assert [t.constraints["p99_ttft_ms"] for t in told] == pytest.approx(
+        [math.log(143.0), math.log(0.96), math.log(2.0)]
+    )
+    assert [t.constraints["failed"] for t in told] == [0.0, 0.0, 1.0]  # not an SLO: as stored
+    assert [t.values for t in told] == [[100.0], [120.0], [0.0]]  # no repeat: no drift
+    stored = study.get_trials(deepcopy=False)
+    assert [t.constraints["p99_ttft_ms"] for t in stored] == pytest.approx([142.0, -0.04, 1.0])
+
+
+def test_with_a_drift_values_and_slos_are_told_as_at_the_start() -> None:
+    study = optuna.create_study(direction="maximize")
+    add(study, 8, 100.0, 0.9, at=0.0)
+    add(study, 64, 90.0, 1.1, at=500.0)  # the host has lost 20% of its speed by now
+    add(study, 8, 80.0, 0.9 / 0.8, at=1000.0)  # the same config again, 20% slower
+    told = view(study, ["output_throughput"], SLOS).get_trials(deepcopy=False)
+    speed = 80.0 / 100.0
+    # the fitted drift is linear from its one repeat: at 500 s the host ran at 0.9 (log space)
+    mid = math.exp(math.log(speed) / 2)
+    assert told[1].values[0] == pytest.approx(90.0 / mid, rel=0.02)
+    assert told[1].constraints["p99_ttft_ms"] == pytest.approx(math.log(1.1 * mid), abs=0.02)
+    assert told[2].constraints["p99_ttft_ms"] == pytest.approx(math.log(0.9), abs=0.02)
+
+
+def test_every_study_with_slos_or_repeats_gets_the_view_random_never() -> None:
+    space = load_space("cpu-quick")
+
+    def spec(**fields: object) -> TuneSpec:
+        return TuneSpec.model_validate({"study": "s", "model": "m", **fields})
+
+    slo = make_sampler(spec(search="pareto", slos={"p99_ttft_ms": 500}), space)
+    assert isinstance(slo, ToldSampler) and slo.slos == ["p99_ttft_ms"]
+    relative = make_sampler(spec(relative_slos={"p99_tpot_ms": 1.2}, remeasure="off"), space)
+    assert isinstance(relative, ToldSampler) and relative.slos == ["p99_tpot_ms"]
+    assert not isinstance(make_sampler(spec(search="pareto"), space), ToldSampler)
+    random = make_sampler(spec(sampler="random", slos={"p99_ttft_ms": 500}), space)
+    assert isinstance(random, optuna.samplers.RandomSampler)
