@@ -7,13 +7,18 @@ best measured trial stops being its best config. A config measured more than onc
 search re-measures its incumbent, see autotune.study._remeasure) tells the drift apart from
 the configs: in log space every run is its config's level plus the host's drift at its time,
 
-    log(output_throughput_i) = level[config_i] + g(t_i) + noise,   g = a1*s + a2*s^2,
+    log(output_throughput_i) = level[config_i] + g(t_i) + noise,
 
-with s the run's time scaled to [0, 1] over the study. `fit_drift` solves that by least
-squares (a small ridge on the drift terms; one term with up to two repeats, two from three);
-`compared` scales every measured trial to the host's speed at the study's start (rates / speed,
-latencies * speed, SLO constraints with them) and merges the runs of one config into one
-record (mean metrics): what selection and the sampler compare. Without a repeat there is no
+with g piecewise linear in time: 0 at the first run, one knot at the time of every run that
+repeats a config (where the drift is observed), flat after the last one. `fit_drift` solves
+that by least squares (a small ridge on the knots keeps few repeats stable). A polynomial
+(`a1*s + a2*s^2`) was used first: a study longer than the host's swing (down and back up
+within an hour on this project's host) bent it the wrong way after the last anchor: in a
+traced seed of benchmarks/sim it put the host 20% slower there than it was, and export
+judged configs that miss their TPOT bound feasible (docs/benchmarks.md).
+`compared` scales every measured trial to the host's speed at the study's start (rates /
+speed, latencies * speed, SLO constraints with them) and merges the runs of one config into
+one record (mean metrics): what selection and the sampler compare. Without a repeat there is no
 drift estimate and the values are the measured ones. Pure functions over stored trials.
 """
 
@@ -22,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +35,7 @@ import numpy as np
 from autotune.bench import PER_TOKEN_COSTS, RATES
 from autotune.store import TrialRecord
 
-RIDGE = 0.01  # on the drift terms (s in [0, 1]): small, it only keeps few repeats stable
+RIDGE = 0.01  # on the knots' log speeds: small, it only keeps few repeats stable
 MAX_SPEED_RATIO = 2.0  # a fitted drift is clipped to within 2x either way
 
 
@@ -39,13 +44,12 @@ class Drift:
     """The host's speed over a study, relative to its start (`speed(t0) == 1`)."""
 
     t0: float
-    span_s: float
-    terms: tuple[float, ...]  # a1, a2: coefficients of s and s^2
+    knots: tuple[float, ...]  # times (s) after t0 where the drift was observed, ascending
+    logs: tuple[float, ...]  # log speed at each knot
     repeats: int  # runs beyond the first of their config: what the fit rests on
 
     def speed(self, t: float) -> float:
-        s = (t - self.t0) / self.span_s
-        g = sum(a * s ** (k + 1) for k, a in enumerate(self.terms))
+        g = float(np.interp(t - self.t0, (0.0, *self.knots), (0.0, *self.logs)))
         limit = math.log(MAX_SPEED_RATIO)
         return math.exp(min(limit, max(-limit, g)))
 
@@ -53,6 +57,22 @@ class Drift:
         """The lowest and highest speed between the start and `t1`."""
         speeds = [self.speed(self.t0 + (t1 - self.t0) * k / 50) for k in range(51)]
         return min(speeds), max(speeds)
+
+
+def run_time(measured_at: float | None, metrics: Mapping[str, float | None]) -> float | None:
+    """When a run measured the host: the middle of its benchmark (`measured_at` is when the
+    benchmark ended, `duration_s` how long its measured requests took). A benchmark of
+    several minutes measures the host's speed over those minutes, not at their end."""
+    if measured_at is None:
+        return None
+    duration = metrics.get("duration_s")
+    if duration is None or not math.isfinite(duration) or duration <= 0:
+        return float(measured_at)
+    return float(measured_at) - duration / 2
+
+
+def _time(trial: TrialRecord) -> float | None:
+    return run_time(trial.measured_at, trial.metrics)
 
 
 def config_key(trial: TrialRecord) -> str:
@@ -65,37 +85,60 @@ def _runs(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
     out = []
     for t in trials:
         value = t.metric("output_throughput")
-        if t.measured and t.measured_at is not None and math.isfinite(value) and value > 0:
+        if t.measured and _time(t) is not None and math.isfinite(value) and value > 0:
             out.append(t)
     return out
 
 
 def fit_drift(trials: Sequence[TrialRecord]) -> Drift | None:
     """The drift the study's repeated configs show; None without a repeat."""
-    runs = _runs(trials)
+    runs = sorted(_runs(trials), key=lambda t: _time(t) or 0.0)
     keys = sorted({config_key(t) for t in runs})
     repeats = len(runs) - len(keys)
     if repeats < 1:
         return None
-    times = [float(t.measured_at) for t in runs]  # type: ignore[arg-type]
-    t0, span = min(times), max(times) - min(times)
-    if span <= 0:
+    times = [_time(t) or 0.0 for t in runs]
+    t0 = times[0]
+    seen: set[str] = set()
+    knots: list[float] = []
+    for t, when in zip(runs, times, strict=True):
+        key = config_key(t)
+        if key in seen and when > t0 and (not knots or when - t0 > knots[-1]):
+            knots.append(when - t0)
+        seen.add(key)
+    if not knots:
         return None
-    n_terms = 1 if repeats <= 2 else 2
     column = {k: i for i, k in enumerate(keys)}
-    x = np.zeros((len(runs) + n_terms, len(keys) + n_terms))
-    y = np.zeros(len(runs) + n_terms)
+    n = len(keys)
+    x = np.zeros((len(runs) + len(knots), n + len(knots)))
+    y = np.zeros(len(runs) + len(knots))
     for row, (t, when) in enumerate(zip(runs, times, strict=True)):
-        s = (when - t0) / span
         x[row, column[config_key(t)]] = 1.0
-        for k in range(n_terms):
-            x[row, len(keys) + k] = s ** (k + 1)
+        x[row, n:] = _hats(when - t0, knots)
         y[row] = math.log(t.metric("output_throughput"))
-    for k in range(n_terms):  # the ridge rows: each drift term pulled towards 0
-        x[len(runs) + k, len(keys) + k] = math.sqrt(RIDGE)
+    for k in range(len(knots)):  # the ridge rows: each knot pulled towards no drift
+        x[len(runs) + k, n + k] = math.sqrt(RIDGE)
     solution, *_ = np.linalg.lstsq(x, y, rcond=None)
-    terms = tuple(float(a) for a in solution[len(keys) :])
-    return Drift(t0, span, terms, repeats)
+    logs = tuple(float(a) for a in solution[n:])
+    return Drift(t0, tuple(knots), logs, repeats)
+
+
+def _hats(at: float, knots: Sequence[float]) -> np.ndarray:
+    """The weights of the knots' values in g(at): linear between 0 (g = 0) and the knots,
+    flat after the last."""
+    out = np.zeros(len(knots))
+    points = [0.0, *knots]
+    if at >= points[-1]:
+        out[-1] = 1.0
+        return out
+    for k in range(1, len(points)):
+        if at <= points[k]:
+            w = (at - points[k - 1]) / (points[k] - points[k - 1])
+            out[k - 1] = w
+            if k >= 2:
+                out[k - 2] = 1.0 - w
+            return out
+    return out
 
 
 def scaled(name: str, value: float, speed: float) -> float:
@@ -114,9 +157,10 @@ def _slower_is_more(name: str) -> bool:
 
 def at_start(trial: TrialRecord, drift: Drift | None) -> TrialRecord:
     """The trial's metrics and SLO constraints as at the study's start."""
-    if drift is None or not trial.measured or trial.measured_at is None:
+    at = _time(trial)
+    if drift is None or not trial.measured or at is None:
         return trial
-    speed = drift.speed(trial.measured_at)
+    speed = drift.speed(at)
     metrics = {k: scaled(k, v, speed) for k, v in trial.metrics.items()}
     # An SLO's constraint is measured / bound - 1 (autotune.study._objectives).
     constraints = {

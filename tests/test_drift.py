@@ -7,7 +7,7 @@ import math
 import pytest
 
 from autotune import store as keys
-from autotune.drift import compared, fit_drift
+from autotune.drift import compared, fit_drift, run_time
 from autotune.export import choose_export, header_lines
 from autotune.store import TrialRecord
 from autotune.study._remeasure import EVERY, STARTUP, target
@@ -125,6 +125,42 @@ def test_re_measures_take_at_most_a_quarter_of_the_budget() -> None:
     ]
     assert target(trials, OBJECTIVE, budget=8) is None  # 2 of 8 are re-measures already
     assert target(launched(8), OBJECTIVE, budget=8) is None  # the budget is spent
+
+
+def swinging(t: float) -> float:
+    """A host that slows by 26% and recovers every 1,800 s (this project's host swung so)."""
+    return 1.0 - 0.13 * (1.0 - math.cos(2 * math.pi * t / 1800.0))
+
+
+def test_a_drift_that_swings_down_and_back_is_followed_through_every_anchor() -> None:
+    # The incumbent (max_num_seqs 8) runs again at 900, 1,800 and 2,700 s: the slowest, the
+    # recovered and the slowest again. A polynomial in time cannot bend down, up and down with
+    # three repeats; the fit must follow the anchors and stay flat after the last one.
+    truths = {8: 100.0, 16: 120.0, 32: 110.0, 64: 90.0}
+    plan = [(8, 0.0), (16, 450.0), (8, 900.0), (32, 1350.0), (8, 1800.0), (64, 2250.0),
+            (8, 2700.0), (16, 3000.0)]  # fmt: skip
+    trials = [run(k, seqs, truths[seqs] * swinging(at), at) for k, (seqs, at) in enumerate(plan)]
+    drift = fit_drift(trials)
+    assert drift is not None and drift.repeats == 4
+    for at in (900.0, 1800.0, 2700.0):
+        assert drift.speed(at) == pytest.approx(swinging(at), abs=0.03)
+    assert drift.speed(3600.0) == pytest.approx(drift.speed(3000.0))  # flat after the last
+    seen = {t.params["max_num_seqs"]: t for t in compared(trials)}
+    for seqs in (8, 16):  # the configs measured at the anchors, and after the last one
+        assert seen[seqs].metric("output_throughput") == pytest.approx(truths[seqs], rel=0.05)
+
+
+def test_a_run_measures_the_host_at_the_middle_of_its_benchmark() -> None:
+    assert run_time(1000.0, {"duration_s": 400.0}) == 800.0
+    assert run_time(1000.0, {}) == 1000.0  # a record without a duration: its end
+    assert run_time(None, {"duration_s": 400.0}) is None
+    # Two runs of one config whose benchmarks took 400 s and ended at 400 and 1,400 s: the
+    # host's speed was observed at 200 and 1,200 s, and the drift is placed there.
+    first, again = run(0, 8, 100.0, 400.0), run(1, 8, 70.0, 1400.0)
+    for t in (first, again):
+        t.metrics["duration_s"] = 400.0
+    drift = fit_drift([first, again])
+    assert drift is not None and drift.t0 == 200.0 and drift.knots == (1000.0,)
 
 
 def test_a_drift_without_enough_span_is_none() -> None:

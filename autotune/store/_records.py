@@ -34,7 +34,7 @@ REQUEUED = "requeued"  # set on a trial queued again after an interruption
 WORKER = "worker"  # who runs the trial: host, pid, devices (see autotune.study._worker)
 SLOT = "slot"  # its place in the trial budget (1..trials)
 SPREAD = "spread"  # metric -> half the range over the trial's repeated runs
-MEASURED_AT = "measured_at"  # when its benchmark ended (epoch seconds): the drift's clock
+MEASURED_AT = "measured_at"  # when its benchmark ended (epoch s); the drift reads its middle
 REMEASURE_OF = "remeasure_of"  # the trial whose config a re-measure trial runs again
 
 ROLE_BASELINE = "baseline"

@@ -32,7 +32,7 @@ from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import store as keys
-from autotune.drift import Drift, fit_drift, scaled
+from autotune.drift import Drift, fit_drift, run_time, scaled
 from autotune.store import TrialRecord
 
 MIN_RATIO = 1e-3  # a measured latency of 0 (no request measured it) is told as 1/1000 of its bound
@@ -111,9 +111,9 @@ def _told(
 ) -> FrozenTrial:
     if trial.values is None:
         return trial
-    at = trial.user_attrs.get(keys.MEASURED_AT)
-    measured = trial.user_attrs.get(keys.METRICS) is not None
-    speed = drift.speed(float(at)) if drift is not None and measured and at is not None else 1.0
+    metrics = trial.user_attrs.get(keys.METRICS)
+    at = None if metrics is None else run_time(trial.user_attrs.get(keys.MEASURED_AT), metrics)
+    speed = drift.speed(at) if drift is not None and at is not None else 1.0
     out = copy.copy(trial)
     if speed != 1.0:
         out._values = [scaled(m, v, speed) for m, v in zip(objectives, trial.values, strict=False)]

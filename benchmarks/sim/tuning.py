@@ -85,9 +85,12 @@ class SimMeasure:
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
 
-    def factor(self) -> float:
+    def factor(self, at_s: float | None = None) -> float:
+        """The host's speed for a run whose benchmark is in the middle at `at_s` (default: now):
+        a level within +-noise, times the drift then."""
         level = 1.0 + self._rng.uniform(-self.noise, self.noise)
-        phase = 2 * math.pi * self.clock_s / self.drift_period_s
+        at = self.clock_s if at_s is None else at_s
+        phase = 2 * math.pi * at / self.drift_period_s
         return level * (1.0 - self.drift * 0.5 * (1 - math.cos(phase)))
 
     def __call__(self, config: EngineConfig, trial_dir: Path, judge: Any = None) -> Measurement:
@@ -96,7 +99,8 @@ class SimMeasure:
             self.clock_s += FAILED_STARTUP_S
             status = TrialStatus(result.failure or "crash")
             return Measurement(status, result.reason, device_s=FAILED_STARTUP_S)
-        f = self.factor()
+        # The benchmark measures the host while it runs: after the start-up, over its duration.
+        f = self.factor(self.clock_s + STARTUP_S + result.duration_s / 2)
         device_s = STARTUP_S + result.duration_s / f
         self.clock_s += device_s
         summary = measured_summary(self.truth.landscape, result, f)
