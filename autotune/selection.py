@@ -18,6 +18,10 @@ PICKS: tuple[str, ...] = ("max-throughput", "min-ttft", "min-tpot", "knee")
 CONFIRM_ATTR = "confirm"  # the study attribute the confirm step keeps its result in
 SLOS_ATTR = "slos"  # study attribute: every SLO bound, metric -> value
 BASIS_ATTR = "slo_basis"  # what a baseline-relative bound came from: {factor, baseline, trial}
+# Two configs whose first objective is within 2% tie: less than one run's spread on a shared
+# host (+-5% on this project's), so no single measurement could tell them apart.
+TIE = 0.02
+NOT_SLOS = ("failed", "oom", "error_rate")  # the constraints that are not an SLO's
 
 
 class SelectionError(Exception):
@@ -87,7 +91,8 @@ def pick(
         )
     how = how or "max-throughput"
     if how == "max-throughput":
-        return max(front, key=lambda t: t.conservative("output_throughput", "maximize"))
+        best = max(front, key=lambda t: t.conservative("output_throughput", "maximize"))
+        return with_headroom(best, trials, objectives[0])
     if how == "min-ttft":
         return min(front, key=lambda t: t.conservative("p99_ttft_ms", "minimize"))
     if how == "min-tpot":
@@ -95,6 +100,32 @@ def pick(
     if how == "knee":
         return knee(front, objectives)
     raise SelectionError(f"unknown pick {how!r}; choose one of: {', '.join(PICKS)}")
+
+
+def headroom(trial: TrialRecord) -> float:
+    """How far the trial is inside its tightest SLO bound (`1 - measured / bound`; inf
+    without SLOs). Not the error rate: that is a bound on failures, not on latency."""
+    slack = [-c for name, c in trial.constraints.items() if name not in NOT_SLOS]
+    return min(slack, default=math.inf)
+
+
+def with_headroom(
+    best: TrialRecord, trials: Sequence[TrialRecord], first: tuple[str, str]
+) -> TrialRecord:
+    """Among the feasible trials whose first objective ties with `best`'s (within `TIE`,
+    conservative values), the one farthest inside its SLO bounds: a gain inside the noise is
+    none, while a config at its bound misses it on the next run. `best` itself without SLOs."""
+    metric, direction = first
+    if headroom(best) == math.inf:
+        return best
+    ref = best.conservative(metric, direction)
+    sign = 1.0 if direction == "maximize" else -1.0
+
+    def ties(t: TrialRecord) -> bool:
+        return sign * (ref - t.conservative(metric, direction)) <= TIE * abs(ref)
+
+    tied = [t for t in trials if t.feasible and ties(t)]
+    return max(tied, key=lambda t: (round(headroom(t), 6), t.number == best.number, -t.number))
 
 
 def knee(front: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]]) -> TrialRecord:

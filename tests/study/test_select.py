@@ -90,6 +90,33 @@ def test_pick_rules_choose_from_feasible_trials_only(front: list[TrialRecord], t
     assert pick([*front, fast_but_late], OBJECTIVES, "min-ttft").number == 2
 
 
+def slo_trial(trial: Make, number: int, throughput: float, tpot_ratio: float) -> TrialRecord:
+    """A trial under a p99 TPOT bound of 10 ms, measured at `tpot_ratio` of it."""
+    cons = {"failed": 0.0, "error_rate": -0.05, "p99_tpot_ms": tpot_ratio - 1.0}
+    return trial(number, throughput, tpot=10 * tpot_ratio, constraints=cons)
+
+
+def test_a_tie_within_two_percent_goes_to_the_config_inside_its_bounds(trial: Make) -> None:
+    trials = [
+        slo_trial(trial, 0, 1000, 0.99),  # the best, at its bound
+        slo_trial(trial, 1, 985, 0.70),  # 1.5% less: a tie, far inside
+        slo_trial(trial, 2, 990, 0.95),
+        slo_trial(trial, 3, 970, 0.50),  # 3% less: no tie
+        slo_trial(trial, 4, 1100, 1.02),  # infeasible
+    ]
+    first = [("output_throughput", "maximize")]
+    assert pick(trials, first).number == 1
+    assert pick(trials, OBJECTIVES).number == 1  # the front of three objectives: the same
+    assert pick(trials, OBJECTIVES, "min-tpot").number == 3  # other picks unchanged
+
+
+def test_without_slos_or_beyond_the_tie_the_best_stays(trial: Make) -> None:
+    first = [("output_throughput", "maximize")]
+    assert pick([trial(0, 1000), trial(1, 990, tpot=1)], first).number == 0  # no SLO
+    trials = [slo_trial(trial, 0, 1000, 0.99), slo_trial(trial, 1, 950, 0.5)]
+    assert pick(trials, first).number == 0  # a 5% gain is a gain
+
+
 def test_knee_is_the_balanced_point(trial: Make) -> None:
     # Two objectives: trial 1 buys a little throughput with a lot of latency, trial 2 the
     # reverse; trial 0 is nearly best on both and is the obvious knee.
