@@ -1,0 +1,65 @@
+"""`autotune export` as a process on a stored study: a tie within 2% on the first objective
+goes to the config farthest inside its SLO bounds (autotune.selection.with_headroom)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import yaml
+
+from autotune import store as keys
+from autotune.store import StudyStore
+
+STUDY = "ties"
+BOUND_MS = 50.0  # p99 TPOT
+
+
+def stored_study(root: Path, trials: list[tuple[int, float, float]]) -> None:
+    """A study of `(max_num_seqs, output tok/s, p99 TPOT ms)` trials, as the recorder stores
+    them (metrics, config, constraints `measured / bound - 1`)."""
+    (root / STUDY).mkdir(parents=True)
+    store = StudyStore(f"sqlite:///{root / STUDY / 'study.db'}")
+    study, _ = store.create_or_load(STUDY, ["maximize"], optuna.samplers.RandomSampler(0))
+    study.set_user_attr("objectives", [{"metric": "output_throughput", "direction": "maximize"}])
+    study.set_user_attr("slos", {"p99_tpot_ms": BOUND_MS})
+    dist = {"max_num_seqs": optuna.distributions.IntDistribution(1, 1024)}
+    for seqs, throughput, tpot in trials:
+        metrics = {"output_throughput": throughput, "p99_tpot_ms": tpot, "p99_ttft_ms": 100.0}
+        config = {"model": "/models/m", "max-num-seqs": seqs}
+        attrs = {keys.STATUS: "ok", keys.METRICS: metrics, keys.CONFIG: config,
+                 keys.DESCRIPTION: f"max_num_seqs={seqs}", keys.DEVICE_S: 60.0}  # fmt: skip
+        constraints = {"failed": 0.0, "oom": 0.0, "error_rate": -0.01,
+                       "p99_tpot_ms": tpot / BOUND_MS - 1.0}  # fmt: skip
+        system = {f"constraints:{k}": v for k, v in constraints.items()}
+        made = optuna.trial.create_trial(
+            params={"max_num_seqs": seqs},
+            distributions=dist,
+            values=[throughput],
+            user_attrs=attrs,
+            system_attrs=system,
+        )
+        study.add_trial(made)
+
+
+def export(root: Path, out: Path, *args: str) -> dict[str, object]:
+    cmd = [sys.executable, "-m", "autotune", "export", STUDY, "--root", str(root), "-o", str(out)]
+    result = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(out.read_text())
+
+
+def test_export_deploys_the_tied_config_with_room_under_its_slo(tmp_path: Path) -> None:
+    stored_study(
+        tmp_path,
+        [
+            (256, 1000.0, 49.5),  # the most throughput, at 99% of its TPOT bound
+            (128, 985.0, 36.0),  # 1.5% less: a tie, at 72% of the bound
+            (64, 900.0, 20.0),  # 10% less: no tie
+        ],
+    )
+    out = tmp_path / "best.yaml"
+    assert export(tmp_path, out)["max-num-seqs"] == 128
+    assert export(tmp_path, out, "--trial", "0")["max-num-seqs"] == 256  # asked for by number
