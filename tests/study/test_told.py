@@ -8,8 +8,8 @@ import optuna
 import pytest
 
 from autotune import store as keys
-from autotune.spec import TuneSpec
 from autotune.space import load_space
+from autotune.spec import TuneSpec
 from autotune.study import make_sampler
 from autotune.study._told import ToldSampler, log_ratio, view
 
