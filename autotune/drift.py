@@ -124,21 +124,11 @@ def fit_drift(trials: Sequence[TrialRecord]) -> Drift | None:
 
 
 def _hats(at: float, knots: Sequence[float]) -> np.ndarray:
-    """The weights of the knots' values in g(at): linear between 0 (g = 0) and the knots,
-    flat after the last."""
-    out = np.zeros(len(knots))
-    points = [0.0, *knots]
-    if at >= points[-1]:
-        out[-1] = 1.0
-        return out
-    for k in range(1, len(points)):
-        if at <= points[k]:
-            w = (at - points[k - 1]) / (points[k] - points[k - 1])
-            out[k - 1] = w
-            if k >= 2:
-                out[k - 2] = 1.0 - w
-            return out
-    return out
+    """The weights of the knots' values in g(at), as `Drift.speed` interpolates them: linear
+    between 0 (g = 0) and the knots, flat after the last."""
+    points = (0.0, *knots)
+    unit = np.eye(len(knots))
+    return np.array([np.interp(at, points, (0.0, *unit[k])) for k in range(len(knots))])
 
 
 def scaled(name: str, value: float, speed: float) -> float:

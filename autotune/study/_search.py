@@ -23,6 +23,7 @@ from autotune.space import SearchSpace, memory_order
 from autotune.spec import Objective, TuneSpec
 from autotune.study._guided import GuidedSampler
 from autotune.study._remeasure import remeasure_on
+from autotune.study._slos import pending
 from autotune.study._told import ToldSampler
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def make_sampler(
     sampler = _base_sampler(spec, space, spec.seed + offset)
     if isinstance(sampler, optuna.samplers.RandomSampler):
         return sampler  # it reads nothing of the study
-    slos = [*spec.slos, *(n for n in spec.relative_slos if n not in spec.slos)]
+    slos = [*spec.slos, *pending(spec)]  # a relative SLO is a constraint once fixed
     if not remeasure_on(spec) and not slos:
         return sampler  # without repeats and SLOs it would be told the stored values
     # Told the values as at the study's start, SLO constraints on a log scale (see `_told`).

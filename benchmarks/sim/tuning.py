@@ -85,12 +85,11 @@ class SimMeasure:
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
 
-    def factor(self, at_s: float | None = None) -> float:
-        """The host's speed for a run whose benchmark is in the middle at `at_s` (default: now):
-        a level within +-noise, times the drift then."""
+    def factor(self, at_s: float) -> float:
+        """The host's speed for a run whose benchmark is in the middle at `at_s`: a level
+        within +-noise, times the drift then."""
         level = 1.0 + self._rng.uniform(-self.noise, self.noise)
-        at = self.clock_s if at_s is None else at_s
-        phase = 2 * math.pi * at / self.drift_period_s
+        phase = 2 * math.pi * at_s / self.drift_period_s
         return level * (1.0 - self.drift * 0.5 * (1 - math.cos(phase)))
 
     def __call__(self, config: EngineConfig, trial_dir: Path, judge: Any = None) -> Measurement:
