@@ -45,7 +45,9 @@ FREE_MEMORY_ERROR = (
 
 @dataclass
 class Host:
-    """The simulated devices: `platform` ascend (910B3, 64 GB) or cuda (A10G, 23 GB)."""
+    """The simulated devices: `platform` ascend (910B3, 64 GB) or cuda (A10G, 23 GB), or any
+    other product by `name`, `total_mib` and `compute_cap` (benchmarks/sim/cli.py: the
+    simulated landscapes' H100 and 8x A100 hosts)."""
 
     platform: str
     count: int
@@ -54,6 +56,12 @@ class Host:
     busy: dict[int, int] = field(default_factory=dict)  # device -> MiB another job holds
     release_delay_s: float = 1.5
     foreign_pid: int = 4242  # the other job's process, as the tools list it
+    name: str = ""  # the device's product name; the platform's default when empty
+    compute_cap: str = "8.6"  # what `nvidia-smi --query-gpu=compute_cap` prints (an A10G)
+
+    @property
+    def product(self) -> str:
+        return self.name or _NAMES[self.platform]
 
     @classmethod
     def ascend_910b3(cls, busy: dict[int, int], **kw: float) -> Host:
@@ -160,7 +168,7 @@ def allocate(state: Path, env: dict[str, str], tp: int, util: float) -> str | No
                   "mib": want - host.idle_mib, "alloc_t": time.time(), "free_t": None}  # fmt: skip
         _write(state, engine)
     print(f"visible: {len(visible or range(host.count))} device(s); " + ", ".join(
-        f"cuda:{k} is {_NAMES[host.platform]} {_uuid(d)}" for k, d in enumerate(devices)
+        f"cuda:{k} is {host.product} {_uuid(d)}" for k, d in enumerate(devices)
     ) + " (simulated)", file=sys.stderr, flush=True)  # fmt: skip
     return None
 
@@ -215,19 +223,34 @@ def nvidia_smi(state: Path, args: list[str]) -> str:
     """The CSV queries the tuner runs, and `topo -m`, in nvidia-smi's recorded formats."""
     host, used, processes = usage(state)
     if args[:1] == ["topo"]:
-        return (SMI_FIXTURES / "nvidia_smi_topo_sim_x4.txt").read_text()
+        if host.count == 4:
+            return (SMI_FIXTURES / "nvidia_smi_topo_sim_x4.txt").read_text()
+        return _nvlink_topo(host.count)
     query = next((a for a in args if a.startswith("--query")), "")
     if query == "--query-gpu=compute_cap":
-        return "8.6\n" * host.count
+        return f"{host.compute_cap}\n" * host.count
     if query.startswith("--query-gpu="):
         return "".join(
-            f"{d}, {_uuid(d)}, NVIDIA A10G, {host.total_mib}, {used[d]}, "
+            f"{d}, {_uuid(d)}, {host.product}, {host.total_mib}, {used[d]}, "
             f"{host.total_mib - used[d]}\n"
             for d in range(host.count)
         )
     if query.startswith("--query-compute-apps="):
         return "".join(f"{_uuid(d)}, {pid}, {mib}\n" for d, pid, mib in processes)
     raise SystemExit(f"simulated nvidia-smi: unsupported arguments {args}")
+
+
+def _nvlink_topo(count: int) -> str:
+    """`nvidia-smi topo -m` of an NVSwitch host (every pair NV12, as an 8x A100 SXM DGX prints
+    it), one NUMA node per half."""
+    names = [f"GPU{d}" for d in range(count)]
+    lines = ["\t" + "\t".join(names) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"]
+    half = max(1, count // 2)
+    for d in range(count):
+        links = ["\t X " if e == d else "\tNV12" for e in range(count)]
+        node = d // half
+        lines.append(f"GPU{d}" + "".join(links) + f"\t{node * 24}-{node * 24 + 23}\t{node}\t\tN/A")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> None:

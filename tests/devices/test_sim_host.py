@@ -55,6 +55,22 @@ def test_npu_smi_stand_in_reads_as_the_recorded_910b3_table(on_path: OnPath) -> 
     assert inventory.topology is not None and inventory.devices[4].cores == "0-23"
 
 
+def test_a_named_cuda_host_reads_as_its_product_with_an_nvlink_matrix(on_path: OnPath) -> None:
+    """The simulated landscapes' 8x A100 80GB host (benchmarks/sim/cli.py)."""
+    on_path(Host("cuda", 8, 81920, 512, name="NVIDIA A100-SXM4-80GB", compute_cap="8.0"))
+    inventory = discover("cuda")
+    assert [d.id for d in inventory.devices] == list(range(8))
+    assert {d.name for d in inventory.devices} == {"NVIDIA A100-SXM4-80GB"}
+    assert {d.total_bytes for d in inventory.devices} == {81920 * 2**20}
+    assert inventory.topology is not None
+    assert inventory.topology.link(0, 7) == "NV12" and inventory.devices[5].cores == "24-47"
+    cap = subprocess.run(
+        ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert cap.split() == ["8.0"] * 8
+
+
 def test_memory_follows_an_engine_and_is_released_after_the_delay(on_path: OnPath) -> None:
     state = on_path(Host.cuda_a10g({}, release_delay_s=0.6))
     env = {"CUDA_VISIBLE_DEVICES": "2,3"}
