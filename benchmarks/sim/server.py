@@ -14,7 +14,8 @@ Environment: SIM_LANDSCAPE; SIM_TIME_SCALE (1.0); SIM_CHUNK_TOKENS (8: tokens pe
 after the first); SIM_NOISE (0: a start-to-start factor uniform in 1 +- NOISE on step times,
 plus per-step jitter of a fifth of it); SIM_SEED (with it, the noise is fixed per config;
 without, fresh per start); SIM_DRIFT (0: slowdown up to this share, a sinusoid of host time
-with period SIM_DRIFT_PERIOD_S, default 3600, so 30 minutes go from none to all of it);
+with period SIM_DRIFT_PERIOD_S, default 3600, so 30 minutes go from none to all of it, none
+at the epoch SIM_DRIFT_T0, default 0);
 SIM_STARTUP_S (0.3). Text prompts count as len(text) / 4 tokens; token-id prompts exactly.
 """
 
@@ -106,6 +107,7 @@ class Noise:
         self.noise = float(os.environ.get("SIM_NOISE", "0"))
         self.drift = float(os.environ.get("SIM_DRIFT", "0"))
         self.period = float(os.environ.get("SIM_DRIFT_PERIOD_S", "3600"))
+        self.t0 = float(os.environ.get("SIM_DRIFT_T0", "0"))
         seed = os.environ.get("SIM_SEED")
         key = f"{seed}/{sorted(vars(cfg).items())}" if seed else f"{time.time_ns()}/{PID}"
         self.rng = random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
@@ -113,7 +115,7 @@ class Noise:
 
     def factor(self) -> float:
         jitter = self.rng.uniform(-self.noise, self.noise) / 5 if self.noise else 0.0
-        phase = 2 * math.pi * time.time() / self.period
+        phase = 2 * math.pi * (time.time() - self.t0) / self.period
         return (self.level + jitter) * (1.0 + self.drift * 0.5 * (1 - math.cos(phase)))
 
 
