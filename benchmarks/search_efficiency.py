@@ -28,7 +28,9 @@ seeds or more did not reach it).
 
 On a simulated landscape with structure (benchmarks/sim: a vLLM-like engine whose optimum is
 off the defaults and off any grid), `--landscape NAME` runs the tuner's search methods over
-many seeds and scores each by the truth instead (see benchmarks/sim/compare.py).
+many seeds and scores each by the truth instead (see benchmarks/sim/compare.py); with `--cli`,
+each study is the real `autotune tune --engine-command benchmarks/sim/server.py` and
+`autotune export` (benchmarks/sim/cli.py).
 
     python benchmarks/search_efficiency.py [--model models/tiny] [--trials 8] [--seeds 5]
         [--methods tpe,random,grid] [--measure-all] [--space FILE|NAME] [--workload W] [--rate R]

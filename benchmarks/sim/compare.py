@@ -9,6 +9,12 @@ over seeds of the launched trials and device seconds until the config `export` w
 first scores 95% / 98% of the optimum (a seed that never does counts as never: "-" when half
 the seeds or more did not get there), the median share of the optimum deployed after 8 and 15
 trials, and in how many seeds it reached 95% within 15 trials.
+
+`--cli` runs each study through the real CLI instead (`cli.py`: `autotune tune` with
+`--engine-command` on `server.py`, then `autotune export`), `--time-scale` wall seconds per
+simulated second; it also reports the rank correlation of the landscape's metric, measured and
+simulated, over every measured trial, and how often the exported config is the replay's last
+choice. The grid is not a tuner strategy and always runs in-process.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
@@ -24,6 +31,7 @@ from typing import Any
 
 from autotune.space import load_space
 
+from .cli import rank_correlation, run_cli
 from .landscapes import LANDSCAPES
 from .tuning import METHODS, Step, Truth, optimum, reached, run_grid, run_method
 
@@ -40,18 +48,38 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--noise", type=float, default=0.05, help="run-to-run spread (+-)")
     add("--drift", type=float, default=0.26, help="slow drift, at most, over half the period")
     add("--jobs", type=int, default=2)
+    add("--cli", action="store_true", help="run `autotune tune` on the simulated server")
+    add("--time-scale", type=float, default=0.1, help="with --cli: wall s per simulated s")
+    add("--chunk-tokens", type=int, default=16, help="with --cli: tokens per stream chunk")
+    add("--root", type=Path, default=None, help="with --cli: where the studies go (kept)")
     add("--out", type=Path, default=None)
     return parser.parse_args(argv)
 
 
-def _one(job: tuple[str, str, int, int, float, float]) -> tuple[str, str, int, list[Step]]:
-    name, method, seed, trials, noise, drift = job
+Job = tuple[str, str, int, int, float, float, dict[str, Any] | None]
+
+
+def _one(job: Job) -> tuple[str, str, int, list[Step], dict[str, Any]]:
+    name, method, seed, trials, noise, drift, cli = job
     landscape = LANDSCAPES[name]
     truth = Truth(landscape)
     if method == "grid":
-        return name, method, seed, run_grid(landscape, truth, noise, drift)
-    steps = run_method(landscape, METHODS[method], seed, trials, truth, noise, drift)
-    return name, method, seed, steps
+        return name, method, seed, run_grid(landscape, truth, noise, drift), {}
+    if cli is None:
+        steps = run_method(landscape, METHODS[method], seed, trials, truth, noise, drift)
+        return name, method, seed, steps, {}
+    root = Path(cli["root"]) / f"{name}-{method}-{seed}"
+    run = run_cli(
+        landscape, METHODS[method], seed, trials, truth, root, scale=cli["scale"],
+        chunk_tokens=cli["chunk_tokens"], noise=noise, drift=drift,
+    )  # fmt: skip
+    extra = {
+        "exported_truth": run.exported_truth,
+        "measured": run.measured,
+        "simulated": run.simulated,
+        "wall_s": run.wall_s,
+    }
+    return name, method, seed, run.steps, extra
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -93,17 +121,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         space = load_space(landscape.space)
         baseline = truth.score(space.to_engine(space.baseline_params())[0])
         print(f"\n{name}: optimum {best:,.2f} at {best_params}; baseline {baseline / best:.1%}")
-        jobs = [
-            (name, m, seed, args.trials, args.noise, args.drift)
+        cli = None
+        if args.cli:
+            root = args.root or Path(tempfile.mkdtemp(prefix="autotune-sim-cli-"))
+            cli = {"root": str(root), "scale": args.time_scale, "chunk_tokens": args.chunk_tokens}
+        jobs: list[Job] = [
+            (name, m, seed, args.trials, args.noise, args.drift, cli)
             for m in methods
             for seed in (range(1) if m == "grid" else range(args.seeds))
         ]
         runs: dict[str, list[list[Step]]] = {m: [] for m in methods}
+        extras: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            for _, method, _seed, steps in pool.map(_one, jobs):
+            for _, method, _seed, steps, extra in pool.map(_one, jobs):
                 runs[method].append(steps)
+                extras[method].append(extra)
         table = {m: summarize(runs[m], best) for m in methods}
         _print(table)
+        if cli is not None:
+            report.setdefault("cli", {})[name] = _cli_summary(extras, runs, best)
         report[name] = {
             "optimum": best,
             "optimum_params": best_params,
@@ -113,6 +149,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         }
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
+
+
+def _cli_summary(
+    extras: dict[str, list[dict[str, Any]]], runs: dict[str, list[list[Step]]], best: float
+) -> dict[str, Any]:
+    """Over the CLI studies: rank correlation of the metric measured and simulated (every
+    measured trial), and how many exports deployed what the replay's last step scored."""
+    measured = [x for m in extras for e in extras[m] for x in e.get("measured", [])]
+    simulated = [x for m in extras for e in extras[m] for x in e.get("simulated", [])]
+    agree = total = 0
+    for m in extras:
+        for extra, steps in zip(extras[m], runs[m], strict=True):
+            if "exported_truth" in extra and steps:
+                total += 1
+                agree += abs(extra["exported_truth"] - steps[-1].truth) <= 1e-9 * best
+    rho = rank_correlation(measured, simulated)
+    walls = [e["wall_s"] for m in extras for e in extras[m] if "wall_s" in e]
+    rho_text = "-" if rho is None else f"{rho:.2f}"
+    print(
+        f"CLI: rank correlation of the metric, measured vs simulated, {rho_text} over "
+        f"{len(measured)} trials; export = replay's last choice in {agree}/{total} studies; "
+        f"median wall {statistics.median(walls) if walls else 0:.0f} s per study"
+    )
+    return {"rank_correlation": rho, "trials": len(measured), "export_agrees": [agree, total],
+            "wall_s": walls}  # fmt: skip
 
 
 def _print(table: dict[str, dict[str, Any]]) -> None:
