@@ -257,6 +257,14 @@ def step_cost(hw: Hardware, cfg: SimConfig) -> StepCost:
     )
 
 
+def slowed(cost: StepCost, speed: float) -> StepCost:
+    """The step costs of a host `speed` times as fast (every seconds term over `speed`)."""
+    if speed == 1.0:
+        return cost
+    names = [f.name for f in fields(cost) if f.name.endswith("_s") or "_s_per_" in f.name]
+    return replace(cost, **{name: getattr(cost, name) / speed for name in names})
+
+
 def step_time(cost: StepCost, tokens: int, seqs: int, context: int, prefill_pairs: int) -> float:
     """Seconds of one step: `tokens` batched tokens of `seqs` sequences attending to `context`
     cached tokens in all; `prefill_pairs` (query, key) pairs of the prefill chunks."""

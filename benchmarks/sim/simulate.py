@@ -12,7 +12,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .model import Hardware, MemoryPlan, SimConfig, memory_plan
+from .model import Hardware, MemoryPlan, SimConfig, memory_plan, slowed
 from .scheduler import Request, Scheduler
 
 
@@ -111,15 +111,21 @@ def percentile(values: Sequence[float], q: float) -> float:
     return v[k] if k + 1 >= len(v) else v[k] + (v[k + 1] - v[k]) * (pos - k)
 
 
-def simulate(hw: Hardware, cfg: SimConfig, workload: SimWorkload, fuse: bool = True) -> SimResult:
+def simulate(
+    hw: Hardware, cfg: SimConfig, workload: SimWorkload, fuse: bool = True, speed: float = 1.0
+) -> SimResult:
     """Run `workload` through the scheduler of `cfg` on `hw`, deterministically.
 
     `fuse=False` runs every step on its own (as the server does); the result is the same.
+    `speed` < 1 is a slower host: every step takes 1/speed as long while the requests arrive
+    as they do (under a fixed rate, the batches grow and queues form; in a closed loop the
+    whole run stretches by 1/speed).
     """
     memory = memory_plan(hw, cfg)
     if memory.failure:
         return SimResult(failure=memory.failure, reason=memory.reason, memory=memory)
     sched = Scheduler(hw, cfg, memory)
+    sched.cost = slowed(sched.cost, speed)
     offsets = workload.offsets()
     cap = workload.concurrency or len(offsets)
     requests = [Request(i, p, o, 0.0) for i, (p, o) in enumerate(workload.lengths)]

@@ -5,12 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 # `benchmarks` here is tests/benchmarks: import benchmarks/sim as the top-level package `sim`.
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from sim.compare import _median, summarize  # noqa: E402
 from sim.landscapes import LANDSCAPES  # noqa: E402
+from sim.simulate import simulate  # noqa: E402
 from sim.tuning import (  # noqa: E402
     METHODS,
     SimMeasure,
@@ -19,12 +22,14 @@ from sim.tuning import (  # noqa: E402
     grid_points,
     reached,
     run_method,
+    sim_config,
 )
 
 from autotune.engine import EngineConfig  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 
 LLAMA = LANDSCAPES["llama8b-h100-throughput"]
+QWEN = LANDSCAPES["qwen32b-a100-slo"]
 
 
 def test_a_study_of_the_default_search_is_scored_by_the_truth(tmp_path: Path) -> None:
@@ -52,6 +57,25 @@ def test_the_noise_moves_what_the_tuner_sees_not_the_truth() -> None:
     assert exact == truth.result(options).output_throughput
     values = [m.summary.output_throughput for m in seen if m.summary is not None]
     assert len(set(values)) == 6 and all(0.6 * exact < v < 1.1 * exact for v in values)
+
+
+def test_a_slower_host_stretches_a_closed_loop_and_queues_an_open_one() -> None:
+    # Closed loop: the same schedule, every step 1/0.8 as long: throughput x0.8, TPOT /0.8.
+    truth = Truth(LLAMA)
+    options, _ = load_space(LLAMA.space).to_engine(load_space(LLAMA.space).baseline_params())
+    fast = truth.result(options)
+    slow = simulate(LLAMA.hardware, sim_config(LLAMA, options), LLAMA.workload, speed=0.8)
+    assert slow.output_throughput == pytest.approx(0.8 * fast.output_throughput, rel=1e-6)
+    assert slow.p50_tpot_ms == pytest.approx(fast.p50_tpot_ms / 0.8, rel=1e-6)
+    # Poisson 6 req/s at the SLO landscape's optimum: 10% slower delivers nearly the offered
+    # rate still, while the queue more than doubles the p99 TTFT (no linear scaling does).
+    best = {"max_num_seqs": 64, "max_num_batched_tokens": 12518,
+            "gpu_memory_utilization": 0.90, "tensor_parallel_size": 4}  # fmt: skip
+    on_time = Truth(QWEN).result(best)
+    late = simulate(QWEN.hardware, sim_config(QWEN, best), QWEN.workload, speed=0.9)
+    assert late.output_throughput > 0.95 * on_time.output_throughput
+    assert late.p99_ttft_ms > 2 * on_time.p99_ttft_ms
+    assert QWEN.score(late) < 0.8 * QWEN.score(on_time)
 
 
 def test_the_grid_is_auto_tune_sh_order_at_fixed_memory() -> None:
