@@ -150,6 +150,26 @@ def test_a_drift_that_swings_down_and_back_is_followed_through_every_anchor() ->
         assert seen[seqs].metric("output_throughput") == pytest.approx(truths[seqs], rel=0.05)
 
 
+def test_under_a_fixed_rate_an_unsaturated_host_reads_no_drift_and_stays_measured() -> None:
+    # An open loop at 800 tok/s: every config delivers the offered rate on a slowing host,
+    # while its TPOT grows. The fit reads no drift, and the late runs' latencies stay as
+    # measured: pessimistic (as at a higher load), never corrected below the truth.
+    tpot = {8: 40.0, 16: 30.0, 32: 35.0}
+    plan = [(8, 0.0), (16, 300.0), (32, 600.0), (8, 1000.0)]
+    trials = []
+    for k, (seqs, at) in enumerate(plan):
+        trial = run(k, seqs, 800.0, at)
+        trial.metrics["p99_tpot_ms"] = tpot[seqs] / slowing(at)
+        trials.append(trial)
+    drift = fit_drift(trials)
+    assert drift is not None and drift.speed(1000.0) == pytest.approx(1.0, abs=0.01)
+    seen = {t.params["max_num_seqs"]: t for t in compared(trials)}
+    for seqs, at in ((16, 300.0), (32, 600.0)):
+        measured = tpot[seqs] / slowing(at)
+        assert seen[seqs].metric("p99_tpot_ms") == pytest.approx(measured, rel=0.01)
+        assert measured > tpot[seqs]
+
+
 def test_a_run_measures_the_host_at_the_middle_of_its_benchmark() -> None:
     assert run_time(1000.0, {"duration_s": 400.0}) == 800.0
     assert run_time(1000.0, {}) == 1000.0  # a record without a duration: its end
