@@ -245,7 +245,3 @@ def rank_correlation(a: list[float], b: list[float]) -> float | None:
     cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
     var = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
     return cov / var if var else None
-
-
-def dump(run: CliRun) -> str:
-    return json.dumps({"exported_truth": run.exported_truth, "wall_s": run.wall_s})
