@@ -94,3 +94,7 @@ def test_reached_and_medians_count_never_as_worst() -> None:
     assert _median([3, None, None]) is None and _median([3, 5, None]) == 5
     table = summarize([steps, steps[:2], [Step(5, 99)]], 100)
     assert table["trials_to_98"] == 3 and table["seeds_95_within_15"] == 3
+    long = [Step(k, 90 if k < 10 else 99 if k < 20 else 100) for k in range(1, 21)]
+    shares = summarize([long], 100)
+    at = (shares["share_at_8"], shares["share_at_15"], shares["share_at_end"])
+    assert at == (0.9, 0.99, 1.0)  # the end: after the 20th, the last launched trial
