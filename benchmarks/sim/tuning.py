@@ -3,9 +3,10 @@
 Each method runs the tuner's own study loop (`autotune.study.StudyRunner`: baseline first, the
 gate's duplicates / known OOMs, recording, the sampler) for `trials` launched trials; only the
 device work of a trial is simulated: `SimMeasure` runs the landscape's scheduler over its
-workload (`simulate`), and the tuner sees that result through a noise model like a shared host's
-(a per-run level within +-`noise`, and a slow drift of up to `drift` over `drift_period_s` of
-device time). After every launched trial, the config `autotune export` would deploy then
+workload (`simulate`) on a host whose speed follows a noise model like a shared host's (a
+per-run level within +-`noise`, and a slow drift of up to `drift` over `drift_period_s` of
+device time): every step 1/speed as long, the requests sent as they would be. After every
+launched trial, the config `autotune export` would deploy then
 (`choose_export` over the study's records) is scored by the truth: its noise-free simulation,
 0 where it misses an SLO or fails. The result per method and seed is that progression, in
 launched trials and in device seconds (start-up + the benchmark, as a real trial would cost).
