@@ -18,8 +18,9 @@ and simulated, over the study's trials says how well they did.
 
 After the study, the store's records (the same the CLI reads) are replayed in launch order:
 after each launched trial, the config `choose_export` would deploy then is scored by the truth,
-as in-process. Device seconds are counted as in `tuning.SimMeasure` (start-up + the simulated
-benchmark), so the two variants' tables compare; the wall time is reported beside them.
+as in-process. Device seconds are `tuning.STARTUP_S` + the benchmark simulated at the truth's
+speed (in-process, `SimMeasure` counts a drifted run's longer benchmark), so the two
+variants' tables compare; the wall time is reported beside them.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def objective_flags(landscape: Landscape, scale: float) -> list[str]:
 def install_host(landscape: Landscape, folder: Path) -> dict[str, str]:
     """The landscape's GPUs as a simulated host; the environment that puts its nvidia-smi
     first on PATH."""
-    sys.path.insert(0, str(REPO / "tests"))
+    if str(REPO / "tests") not in sys.path:
+        sys.path.insert(0, str(REPO / "tests"))
     from sim_devices import Host, install  # a test helper, on the path now
 
     gpu = landscape.hardware.gpu
