@@ -103,9 +103,11 @@ class SimMeasure:
         f = self.factor(self.clock_s + STARTUP_S + result.duration_s / 2)
         # The same requests on a host f times as fast: in a closed loop the run stretches by
         # 1/f; under a fixed rate the throughput stays the offered one while batches and
-        # queues grow (what the drift fit has to read from latencies, autotune.drift).
-        seen = simulate(self.truth.landscape.hardware, sim_config(self.truth.landscape,
-                        config.args), self.truth.landscape.workload, speed=f)  # fmt: skip
+        # queues grow (so the drift fit reads no drift there, autotune.drift says why).
+        land = self.truth.landscape
+        seen = result
+        if f != 1.0:
+            seen = simulate(land.hardware, sim_config(land, config.args), land.workload, speed=f)
         device_s = STARTUP_S + seen.duration_s
         self.clock_s += device_s
         summary = measured_summary(self.truth.landscape, seen)
