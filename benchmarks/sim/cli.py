@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from scipy.stats import spearmanr
 
 from autotune.export import choose_export
 from autotune.selection import SelectionError
@@ -225,25 +226,7 @@ def scored(
 
 
 def rank_correlation(a: list[float], b: list[float]) -> float | None:
-    """Spearman's rho (ties by average rank); None under three points."""
-    if len(a) < 3:
+    """Spearman's rho (ties by average rank); None under three points or without spread."""
+    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
         return None
-
-    def ranks(xs: list[float]) -> list[float]:
-        order = sorted(range(len(xs)), key=lambda i: xs[i])
-        out = [0.0] * len(xs)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-                j += 1
-            for m in range(i, j + 1):
-                out[order[m]] = (i + j) / 2
-            i = j + 1
-        return out
-
-    ra, rb = ranks(a), ranks(b)
-    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
-    var = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
-    return cov / var if var else None
+    return float(spearmanr(a, b).statistic)

@@ -73,12 +73,7 @@ def _one(job: Job) -> tuple[str, str, int, list[Step], dict[str, Any]]:
         landscape, METHODS[method], seed, trials, truth, root, scale=cli["scale"],
         chunk_tokens=cli["chunk_tokens"], noise=noise, drift=drift,
     )  # fmt: skip
-    extra = {
-        "exported_truth": run.exported_truth,
-        "measured": run.measured,
-        "simulated": run.simulated,
-        "wall_s": run.wall_s,
-    }
+    extra = {k: v for k, v in asdict(run).items() if k != "steps"}
     return name, method, seed, run.steps, extra
 
 
