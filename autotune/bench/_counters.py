@@ -7,14 +7,21 @@ vLLM's OpenAI server exports at `/metrics` (V1: `vllm/v1/metrics/loggers.py` and
 - `vllm:prefix_cache_hits_total`: of those, tokens found there;
 - `vllm:spec_decode_num_drafts_total`, `vllm:spec_decode_num_draft_tokens_total`,
   `vllm:spec_decode_num_accepted_tokens_total`: speculative steps, tokens proposed, tokens
-  accepted.
+  accepted;
+- `vllm:time_to_first_token_seconds` and `vllm:request_time_per_output_token_seconds`
+  (histograms: their `_sum` and `_count`): each request's TTFT, from its arrival at the API
+  server to its first token, and its decode time / (output tokens - 1), as the engine clocks
+  them (`vllm/v1/metrics/stats.py`).
 
 `EngineCounters` reads them once the warm-up is over and again after the last measured request;
 the difference (warm-up excluded) gives, per trial (docs/metrics.md):
 
 - `prefix_cache_hit_rate` = hits / queries;
 - `spec_acceptance_rate` = accepted / draft tokens;
-- `spec_acceptance_length` = 1 + accepted / drafts: tokens a request gains per decode step.
+- `spec_acceptance_length` = 1 + accepted / drafts: tokens a request gains per decode step;
+- `engine_mean_ttft_ms`, `engine_mean_tpot_ms`: the engine's own mean TTFT and TPOT over the
+  requests. The client's `mean_ttft_ms` less `engine_mean_ttft_ms` is what the HTTP layer and
+  the client add; both move together with the host's speed, so their ratio does not.
 
 A rate is None where the engine exports no such counter, or counted nothing (prefix caching off,
 no speculation): never 0 for "not measured".
@@ -39,8 +46,11 @@ COUNTERS = {
     "spec_drafts": "vllm:spec_decode_num_drafts",
     "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens",
     "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
+    "ttft_seconds": "vllm:time_to_first_token_seconds_sum",
+    "ttft_requests": "vllm:time_to_first_token_seconds_count",
+    "tpot_seconds": "vllm:request_time_per_output_token_seconds_sum",
+    "tpot_requests": "vllm:request_time_per_output_token_seconds_count",
 }
-RATE_NAMES = ("prefix_cache_hit_rate", "spec_acceptance_rate", "spec_acceptance_length")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
 _BY_METRIC = {metric: key for key, metric in COUNTERS.items()}
 
@@ -73,11 +83,17 @@ def rates(counted: Mapping[str, float]) -> dict[str, float | None]:
         denominator = counted.get(bottom, 0.0)
         return counted.get(top, 0.0) / denominator if denominator > 0 else None
 
+    def ms(top: str, bottom: str) -> float | None:
+        seconds = ratio(top, bottom)
+        return None if seconds is None else 1000.0 * seconds
+
     accepted_per_draft = ratio("spec_accepted_tokens", "spec_drafts")
     return {
         "prefix_cache_hit_rate": ratio("prefix_cache_hits", "prefix_cache_queries"),
         "spec_acceptance_rate": ratio("spec_accepted_tokens", "spec_draft_tokens"),
         "spec_acceptance_length": None if accepted_per_draft is None else 1 + accepted_per_draft,
+        "engine_mean_ttft_ms": ms("ttft_seconds", "ttft_requests"),
+        "engine_mean_tpot_ms": ms("tpot_seconds", "tpot_requests"),
     }
 
 

@@ -17,7 +17,13 @@ RATES = frozenset({*THROUGHPUTS, "capacity_rps"})
 # Metrics in inverse proportion to a rate (a slower host makes them larger, as latencies).
 PER_TOKEN_COSTS = frozenset({"cost_per_mtok"})
 # What the engine counted over the measured requests (bench._counters); None: not counted.
-ENGINE_RATES = ("prefix_cache_hit_rate", "spec_acceptance_rate", "spec_acceptance_length")
+ENGINE_RATES = (
+    "prefix_cache_hit_rate",
+    "spec_acceptance_rate",
+    "spec_acceptance_length",
+    "engine_mean_ttft_ms",
+    "engine_mean_tpot_ms",
+)
 # Metrics a run may not have: None in the Summary, left out where metrics are stored.
 OPTIONAL = ("capacity_rps", "peak_memory_gib", "cost_per_mtok", *ENGINE_RATES)
 METRIC_NAMES: tuple[str, ...] = (
@@ -77,6 +83,8 @@ class Summary(BaseModel):
     prefix_cache_hit_rate: float | None = None
     spec_acceptance_rate: float | None = None
     spec_acceptance_length: float | None = None
+    engine_mean_ttft_ms: float | None = None
+    engine_mean_tpot_ms: float | None = None
 
     def metric(self, name: str) -> float:
         """A metric by its flat name (see METRIC_NAMES), e.g. `p99_ttft_ms`."""

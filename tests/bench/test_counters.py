@@ -33,6 +33,17 @@ def test_speculative_decoding_counters_of_a_real_server() -> None:
     assert got["spec_acceptance_length"] == pytest.approx(1 + 149 / 71)
 
 
+def test_the_engines_own_mean_ttft_and_tpot_of_a_real_server() -> None:
+    """From the `_sum` and `_count` of vLLM's two latency histograms (not their buckets)."""
+    found = parse_counters((FIXTURES / "vllm_cpu_0.32_ngram_spec.txt").read_text())
+    assert found["ttft_requests"] == 9.0 and found["tpot_requests"] == 9.0
+    got = rates(found)
+    assert got["engine_mean_ttft_ms"] == pytest.approx(4673.945188522339 / 9)
+    assert got["engine_mean_tpot_ms"] == pytest.approx(103.70302303236976 / 9)
+    # No request finished in between: not measured, never 0 ms.
+    assert rates({"ttft_seconds": 0.0, "ttft_requests": 0.0})["engine_mean_ttft_ms"] is None
+
+
 def test_series_of_several_engines_are_summed() -> None:
     text = (
         'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 10.0\n'
