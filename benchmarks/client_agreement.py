@@ -4,7 +4,10 @@ Each round runs `autotune bench` twice on one running server, once with `--load-
 and once with `--load-client vllm-bench`, on the same requests (the workload with seed = the
 round); rounds alternate their order (A B, B A, ...) after one unmeasured round, so that drift
 favours neither client. Reports every run, the medians over rounds and the ratio of medians
-(autotune / vLLM) of p50 TTFT, p50 TPOT and output tok/s.
+(autotune / vLLM) of p50 TTFT, p50 TPOT and output tok/s, and of each run's mean TTFT and TPOT
+over the engine's own (`engine_mean_ttft_ms`, `engine_mean_tpot_ms`, from /metrics): on a small
+host the engine's speed moves from one run to the next, and the engine's clock moves with it, so
+the client / engine ratios compare the clients where the raw ones measure the host.
 
     python benchmarks/client_agreement.py --url http://127.0.0.1:8000 --model-path models/tiny
         [--rounds 6] [--concurrency 16] [--workload random:input=64,output=32,prompts=64,warmup=1]
@@ -27,6 +30,8 @@ METRICS = {
     "p50 TTFT (ms)": lambda s: s["ttft_ms"]["p50"],
     "p50 TPOT (ms)": lambda s: s["tpot_ms"]["p50"],
     "output tok/s": lambda s: s["output_throughput"],
+    "mean TTFT / engine's": lambda s: s["ttft_ms"]["mean"] / s["engine_mean_ttft_ms"],
+    "mean TPOT / engine's": lambda s: s["tpot_ms"]["mean"] / s["engine_mean_tpot_ms"],
 }
 
 
@@ -62,7 +67,7 @@ def main() -> None:
                 if n:
                     runs[client].append(summary)
                     print(f"round {n} {client}: " + ", ".join(
-                        f"{name} {get(summary):.1f}" for name, get in METRICS.items()
+                        f"{name} {get(summary):.3g}" for name, get in METRICS.items()
                     ))  # fmt: skip
     print("\n| | autotune | vllm bench serve | ratio |\n|---|---|---|---|")
     table = {}
@@ -70,7 +75,7 @@ def main() -> None:
         a = statistics.median(get(s) for s in runs["autotune"])
         b = statistics.median(get(s) for s in runs["vllm-bench"])
         table[name] = {"autotune": a, "vllm-bench": b, "ratio": a / b}
-        print(f"| median {name} | {a:,.1f} | {b:,.1f} | {a / b:.3f} |")
+        print(f"| median {name} | {a:,.3g} | {b:,.3g} | {a / b:.3f} |")
     if args.json:
         args.json.write_text(json.dumps({"table": table, "runs": runs}, indent=1))
 

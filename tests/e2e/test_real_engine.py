@@ -163,46 +163,53 @@ def _bench(url: str, tiny_model: Path, out_dir: Path, client: str, n: int) -> di
     return summary
 
 
-def test_both_load_clients_agree_within_5_percent(
+def test_both_load_clients_agree_with_each_other_and_with_the_engine(
     served_best: Served, tiny_model: Path, tmp_path: Path
 ) -> None:
     """The same requests measured by the project's client and by `vllm bench serve`
-    (`--load-client vllm-bench`): median TTFT and TPOT within 5% (`agreement_bound`).
+    (`--load-client vllm-bench`), each run read against the engine's own clock over the same
+    requests (`engine_mean_ttft_ms`, `engine_mean_tpot_ms` from vLLM's /metrics).
 
     Both send 96 text prompts of 64 tokens for 32 output tokens at concurrency 16, seed n in
-    round n, and share the host's two cores with the engine, as in any CPU study. One
-    unmeasured run first (a fresh server is slower), then rounds in ABBA order so that drift
-    on this shared machine favours neither client.
+    round n, and share the host's two cores with the engine. One unmeasured run first (a fresh
+    server is slower), then six rounds in alternating order. A run alone cannot be compared
+    with the next: on a 2-core host the engine's speed moves by +-20% from one 2-second run to
+    the next (p50 TPOT 6.1 to 10.5 ms in 12 runs of one sequence), and a client-to-client ratio
+    of medians missed 5% and 10% in CI on that alone. The engine's own TTFT and TPOT move with
+    it, so each run's client / engine ratio does not (TPOT: 1.006 to 1.012 in the same runs).
+
+    - TPOT: both clients read the engine's decode time per token (same definition, both ends
+      of the same stream): client / engine within 5%, and within 5% of each other.
+    - TTFT: no client sees a first token before the engine made it (client / engine >= 1),
+      and ours adds no more than vLLM's client does (ratio of the two <= 1.05). Ours reads
+      lower: it adds 8-11 ms to the engine's 60-80 ms here, vLLM's 13-17 ms (docs/metrics.md),
+      so the bound is one-sided by design.
+    Medians over rounds: a stalled run (one vLLM run read a mean TTFT of 265 ms, p50 89 ms)
+    moves no median.
     """
     url = served_best.url
-    runs: dict[str, dict[str, list[float]]] = {
+    per_run: dict[str, dict[str, list[float]]] = {
         c: {"ttft": [], "tpot": []} for c in ("autotune", "vllm-bench")
     }
-    for n, order in enumerate(("a", "ab", "ba", "ab", "ba")):
-        for who in order:
-            client = "autotune" if who == "a" else "vllm-bench"
+    _bench(url, tiny_model, tmp_path, "autotune", 0)
+    for n in range(1, 7):
+        for client in ("autotune", "vllm-bench")[:: 1 if n % 2 else -1]:
             summary = _bench(url, tiny_model, tmp_path, client, n)
-            if n:
-                runs[client]["ttft"].append(summary["ttft_ms"]["p50"])
-                runs[client]["tpot"].append(summary["tpot_ms"]["p50"])
+            for metric in ("ttft", "tpot"):
+                engine = summary[f"engine_mean_{metric}_ms"]
+                per_run[client][metric].append(summary[f"{metric}_ms"]["mean"] / engine)
+    ours, theirs = per_run["autotune"], per_run["vllm-bench"]
     for metric in ("ttft", "tpot"):
-        ours, theirs = runs["autotune"][metric], runs["vllm-bench"][metric]
-        a, b = statistics.median(ours), statistics.median(theirs)
-        bound = agreement_bound(ours, theirs)
-        print(f"{metric}: autotune {a:.2f} ms {ours}, vllm bench serve {b:.2f} ms {theirs}")
-        assert abs(a / b - 1) <= bound, f"{metric}: {a / b:.3f} beyond +-{bound:.1%}"
-
-
-def agreement_bound(ours: list[float], theirs: list[float]) -> float:
-    """5%, or twice the standard error of the ratio where the runs' own spread cannot resolve
-    5% (a single run varies by up to 10% on a 2-core host), at most 10%: the 1.13x of a client
-    that costs the engine CPU, or of an unpinned temperature, fails either way."""
-
-    def rel_se(runs: list[float]) -> float:
-        return statistics.stdev(runs) / statistics.mean(runs) / len(runs) ** 0.5
-
-    se = (rel_se(ours) ** 2 + rel_se(theirs) ** 2) ** 0.5
-    return min(max(0.05, 2 * se), 0.10)
+        paired = [a / b for a, b in zip(ours[metric], theirs[metric], strict=True)]
+        print(f"{metric} client / engine: autotune {ours[metric]}, vllm bench {theirs[metric]}")
+        print(f"{metric} autotune / vllm bench, per round: {paired}")
+    median = statistics.median
+    assert abs(median(ours["tpot"]) - 1) <= 0.05 and abs(median(theirs["tpot"]) - 1) <= 0.05
+    tpot = median(a / b for a, b in zip(ours["tpot"], theirs["tpot"], strict=True))
+    assert abs(tpot - 1) <= 0.05, f"TPOT autotune / vllm bench {tpot:.3f}"
+    assert median(ours["ttft"]) >= 1 and median(theirs["ttft"]) >= 1
+    ttft = median(a / b for a, b in zip(ours["ttft"], theirs["ttft"], strict=True))
+    assert ttft <= 1.05, f"TTFT autotune / vllm bench {ttft:.3f}: ours adds more than vLLM's"
 
 
 def test_bench_command_measures_a_running_server(
