@@ -48,6 +48,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--noise", type=float, default=0.05, help="run-to-run spread (+-)")
     add("--drift", type=float, default=0.26, help="slow drift, at most, over half the period")
     add("--jobs", type=int, default=2)
+    probe_help = "experiment: each run's speed read first, sent at rate*speed (sim/probe.py)"
+    add("--probe", choices=("engine", "host"), default=None, help=probe_help)
     add("--cli", action="store_true", help="run `autotune tune` on the simulated server")
     add("--time-scale", type=float, default=0.1, help="with --cli: wall s per simulated s")
     add("--chunk-tokens", type=int, default=16, help="with --cli: tokens per stream chunk")
@@ -56,17 +58,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-Job = tuple[str, str, int, int, float, float, dict[str, Any] | None]
+Job = tuple[str, str, int, int, float, float, dict[str, Any] | None, str | None]
 
 
 def _one(job: Job) -> tuple[str, str, int, list[Step], dict[str, Any]]:
-    name, method, seed, trials, noise, drift, cli = job
+    name, method, seed, trials, noise, drift, cli, probe = job
     landscape = LANDSCAPES[name]
     truth = Truth(landscape)
     if method == "grid":
         return name, method, seed, run_grid(landscape, truth, noise, drift), {}
     if cli is None:
-        steps = run_method(landscape, METHODS[method], seed, trials, truth, noise, drift)
+        steps = run_method(
+            landscape, METHODS[method], seed, trials, truth, noise, drift, probe=probe
+        )
         return name, method, seed, steps, {}
     root = Path(cli["root"]) / f"{name}-{method}-{seed}"
     run = run_cli(
@@ -107,6 +111,8 @@ def summarize(runs: list[list[Step]], best: float) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.probe and args.cli:
+        raise SystemExit("--probe is an in-process experiment: not with --cli")
     names = args.landscape.split(",")
     methods = args.methods.split(",")
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
@@ -122,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             root = args.root or Path(tempfile.mkdtemp(prefix="autotune-sim-cli-"))
             cli = {"root": str(root), "scale": args.time_scale, "chunk_tokens": args.chunk_tokens}
         jobs: list[Job] = [
-            (name, m, seed, args.trials, args.noise, args.drift, cli)
+            (name, m, seed, args.trials, args.noise, args.drift, cli, args.probe)
             for m in methods
             for seed in (range(1) if m == "grid" else range(args.seeds))
         ]

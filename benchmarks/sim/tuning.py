@@ -39,9 +39,11 @@ from autotune.study import Harness, Measurement, StudyRunner
 
 from .landscapes import Landscape
 from .model import SimConfig
-from .simulate import SimResult, simulate
+from .probe import Probe, probe_class, speeds
+from .simulate import SimResult, SimWorkload, simulate
 
 STARTUP_S = 60.0  # a CUDA engine's start-up with graphs (vLLM logs: 40-90 s on H100/A100)
+PROBE_WORKLOAD = SimWorkload(((128, 64),) * 3, concurrency=1)  # the speed probe's lone requests
 FAILED_STARTUP_S = 35.0  # an OOM is found during the memory profile, before graphs
 
 
@@ -81,10 +83,18 @@ class SimMeasure:
     drift_period_s: float = 3600.0
     seed: int = 0
     clock_s: float = 0.0  # device time spent so far: the drift follows it
+    # An experiment (benchmarks/sim/probe.py): each run's speed read before its benchmark, by
+    # lone requests on its engine ("engine") or by the host itself ("host"), within a relative
+    # spread of `probe_noise` (sd); the run is then sent at rate * speed and corrected by it.
+    probe: str | None = None
+    probe_noise: float = 0.02
+    probes: list[Probe] = field(default_factory=list)
     _rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
+        if self.probe not in (None, "engine", "host"):
+            raise ValueError(f"probe {self.probe!r}: expected engine or host")
 
     def factor(self, at_s: float) -> float:
         """The host's speed for a run whose benchmark is in the middle at `at_s`: a level
@@ -105,10 +115,22 @@ class SimMeasure:
         # 1/f; under a fixed rate the throughput stays the offered one while batches and
         # queues grow (so the drift fit reads no drift there, autotune.drift says why).
         land = self.truth.landscape
+        cfg = sim_config(land, config.args)
+        read = 1.0
+        if self.probe is not None:
+            spread = 1 + self._rng.gauss(0, self.probe_noise)
+            if self.probe == "host":  # the host's speed itself
+                read = f * spread
+            else:
+                lone = simulate(land.hardware, cfg, PROBE_WORKLOAD, speed=f)
+                rate = 1000.0 / lone.p50_tpot_ms * spread
+                self.probes.append(Probe(probe_class(config.args), rate, self.clock_s))
+                read = speeds(self.probes)[-1]
+        # Sent at rate * read on a host at f, corrected by read: the host at f / read.
         seen = result
-        if f != 1.0:
-            seen = simulate(land.hardware, sim_config(land, config.args), land.workload, speed=f)
-        device_s = STARTUP_S + seen.duration_s
+        if f != read:
+            seen = simulate(land.hardware, cfg, land.workload, speed=f / read)
+        device_s = STARTUP_S + seen.duration_s / read
         self.clock_s += device_s
         summary = measured_summary(self.truth.landscape, seen)
         # The drift's clock is the device time spent (the recorder stores it as measured_at).
@@ -218,12 +240,13 @@ def run_method(
     noise: float = 0.0,
     drift: float = 0.0,
     root: Path | None = None,
+    probe: str | None = None,
 ) -> list[Step]:
     """One study of `method`: the truth of export's choice after each launched trial."""
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         spec = spec_for(landscape, method, seed, trials, Path(tmp))
         space = load_space(spec.space)
-        measure = SimMeasure(truth, noise=noise, drift=drift, seed=seed * 7919 + 1)
+        measure = SimMeasure(truth, noise=noise, drift=drift, seed=seed * 7919 + 1, probe=probe)
         store = StudyStore(spec.storage_url)
         steps: list[Step] = []
 
