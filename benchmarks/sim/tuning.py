@@ -86,6 +86,7 @@ class SimMeasure:
     # An experiment (benchmarks/sim/probe.py): each run's speed read before its benchmark, by
     # lone requests on its engine ("engine") or by the host itself ("host"), within a relative
     # spread of `probe_noise` (sd); the run is then sent at rate * speed and corrected by it.
+    # The probe's own seconds (3 lone requests: 1-8 s) are not counted in device_s.
     probe: str | None = None
     probe_noise: float = 0.02
     probes: list[Probe] = field(default_factory=list)
