@@ -29,7 +29,12 @@ config's at the user's load: an infeasible config can look feasible.
 `compared` scales every measured trial to the host's speed at the study's start (rates /
 speed, latencies * speed, SLO constraints with them) and merges the runs of one config into
 one record (mean metrics): what selection and the sampler compare. Without a repeat there is no
-drift estimate and the values are the measured ones. Pure functions over stored trials.
+drift estimate and the values are the measured ones.
+Where a trial read the host's speed before its benchmark (`engine["speed"]`, the speed probe of
+autotune.study._speed; a fixed-rate run was then sent at rate * speed), `compared` scales it by
+that reading instead, and no drift is fitted (`study_drift`): the probe sees each run's own
+level, which repeats cannot (a fit on top of it changed nothing in benchmarks/sim). Pure
+functions over stored trials.
 """
 
 from __future__ import annotations
@@ -39,12 +44,14 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from autotune.bench import PER_TOKEN_COSTS, RATES
 from autotune.store import TrialRecord
 
+SPEED = "speed"  # the key of a trial's engine facts with its speed probe (autotune.study._speed)
 RIDGE = 0.01  # on the knots' log speeds: small, it only keeps few repeats stable
 MAX_SPEED_RATIO = 2.0  # a fitted drift is clipped to within 2x either way
 
@@ -100,6 +107,14 @@ def _runs(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
     return out
 
 
+def study_drift(trials: Sequence[TrialRecord]) -> Drift | None:
+    """The drift fit that applies to `trials`: none where a measured run read its speed with
+    the probe (the probe replaces it), else `fit_drift`."""
+    if any(t.measured and probed_speed(t) is not None for t in trials):
+        return None
+    return fit_drift(trials)
+
+
 def fit_drift(trials: Sequence[TrialRecord]) -> Drift | None:
     """The drift the study's repeated configs show; None without a repeat."""
     runs = sorted(_runs(trials), key=lambda t: _time(t) or 0.0)
@@ -150,9 +165,43 @@ def scaled(name: str, value: float, speed: float) -> float:
     return value
 
 
+def scaled_constraint(name: str, constraint: float, speed: float) -> float:
+    """An SLO's constraint (`measured / bound - 1`, autotune.study._objectives) as at speed 1,
+    measured at `speed`; others (the error rate) as they are."""
+    return (1.0 + constraint) * speed - 1.0 if _slower_is_more(name) else constraint
+
+
 def _slower_is_more(name: str) -> bool:
     """A latency, or a cost per token: what a slower host makes larger, in proportion."""
     return name.endswith("_ms") or name in PER_TOKEN_COSTS
+
+
+def positive(value: object) -> bool:
+    """A finite number above 0."""
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def probed_speed(trial: TrialRecord) -> float | None:
+    """The speed the trial's probe read before its benchmark, where its metrics scale by it
+    (not a trace's runs: their arrivals were not moved); else None."""
+    return engine_speed(trial.engine)
+
+
+def engine_speed(engine: Mapping[str, Any]) -> float | None:
+    """`probed_speed` from a run's engine facts (a trial's, or a confirm run's)."""
+    facts = engine.get(SPEED)
+    if not isinstance(facts, dict) or not facts.get("scales"):
+        return None
+    speed = facts.get("speed")
+    return float(speed) if isinstance(speed, int | float) and positive(speed) else None
+
+
+def at_probe(trial: TrialRecord) -> TrialRecord:
+    """The trial's metrics and SLO constraints as at its probe's reference speed."""
+    speed = probed_speed(trial)
+    if speed is None or not trial.measured:
+        return trial
+    return _at_speed(trial, speed)
 
 
 def at_start(trial: TrialRecord, drift: Drift | None) -> TrialRecord:
@@ -160,22 +209,25 @@ def at_start(trial: TrialRecord, drift: Drift | None) -> TrialRecord:
     at = _time(trial)
     if drift is None or not trial.measured or at is None:
         return trial
-    speed = drift.speed(at)
+    return _at_speed(trial, drift.speed(at))
+
+
+def _at_speed(trial: TrialRecord, speed: float) -> TrialRecord:
+    """`trial` as at speed 1, measured at `speed` (its `speed` compounds an earlier one)."""
     metrics = {k: scaled(k, v, speed) for k, v in trial.metrics.items()}
-    # An SLO's constraint is measured / bound - 1 (autotune.study._objectives).
-    constraints = {
-        k: (1.0 + c) * speed - 1.0 if _slower_is_more(k) else c
-        for k, c in trial.constraints.items()
-    }
-    update = {"metrics": metrics, "constraints": constraints, "speed": speed}
+    constraints = {k: scaled_constraint(k, c, speed) for k, c in trial.constraints.items()}
+    total = speed * (trial.speed if trial.speed is not None else 1.0)
+    update = {"metrics": metrics, "constraints": constraints, "speed": total}
     return trial.model_copy(update=update)
 
 
 def compared(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
     """Every trial as selection compares it: measured ones as at the study's start, the runs
     of one config merged into the first one's record (mean metrics and constraints; `runs`
-    counts them), the others as they are. In the order of `trials`."""
-    drift = fit_drift(trials)
+    counts them), the others as they are. In the order of `trials`. Probed trials are
+    scaled by their probe's speed, and then no drift is fitted."""
+    drift = study_drift(trials)
+    trials = [at_probe(t) for t in trials]
     groups: dict[str, list[TrialRecord]] = {}
     for t in trials:
         if t.measured:

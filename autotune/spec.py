@@ -185,6 +185,12 @@ class TuneSpec(BaseModel):
         description="Run the incumbent config again, so that a host whose speed drifts and a "
         "lucky run do not pick the winner (autotune.drift); auto: on for a goal search",
     )
+    speed_probe: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Time a fixed piece of work on a trial's devices before its benchmark and "
+        "compare trials as at the study's first reading, a fixed rate sent at rate x speed "
+        "(autotune.study._speed); auto: on with vLLM's own server command",
+    )
     seed: int = 0
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")
     root: Path = Field(default=Path("studies"), description="Folder for studies")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.bench import METRIC_NAMES
+from autotune.drift import probed_speed
 from autotune.selection import pareto_front, study_objectives
 from autotune.status import FAILURE_KINDS
 from autotune.store import TrialRecord
@@ -37,6 +38,7 @@ COLUMNS: tuple[str, ...] = (
     "device_s",
     "host",
     "devices",
+    "host_speed",
 )
 NESTED: tuple[str, ...] = ("params", "metrics", "spread")
 PREFIXES = {"params": "param.", "metrics": "metric.", "spread": "spread."}
@@ -66,6 +68,7 @@ def trial_row(t: TrialRecord, on_front: bool = False) -> dict[str, Any]:
         "device_s": _finite(t.device_s),
         "host": t.worker.get("host"),
         "devices": t.worker.get("devices"),
+        "host_speed": probed_speed(t),
         "params": {k: _finite(v) for k, v in t.params.items()},
         "metrics": metrics,
         "spread": {k: _finite(v) for k, v in t.spread.items()},

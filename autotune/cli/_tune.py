@@ -143,6 +143,15 @@ def tune(
             show_default=_spec("remeasure"),
         ),
     ] = None,
+    speed_probe: Annotated[
+        str | None,
+        typer.Option(
+            help="auto | on | off: time a fixed piece of work on a trial's devices before its "
+            "benchmark, and compare trials as at the study's first reading (auto: on with "
+            "vLLM's own server command)",
+            show_default=_spec("speed_probe"),
+        ),
+    ] = None,
     seed: Annotated[
         int | None, typer.Option(help="Sampler and workload seed", show_default=_spec("seed"))
     ] = None,
@@ -259,7 +268,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     for key in (
         *("search", "sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
         *("repeats", "prune", "confirm", "confirm_rounds", "scenario", "remeasure"),
-        "device_cost_per_hour",
+        *("device_cost_per_hour", "speed_probe"),
     ):
         if flags[key] is not None:
             out[key] = flags[key]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune import layout
-from autotune.drift import compared
+from autotune.drift import compared, engine_speed, scaled, scaled_constraint
 from autotune.engine import EngineConfig
 from autotune.selection import (
     CONFIRM_ATTR,
@@ -237,12 +237,17 @@ class Confirmer:
         return nullcontext(trial_engine_config(self.spec, self.space, params))
 
     def _run(self, k: int, number: int, m: Measurement, metric: str) -> ConfirmRun:
+        """One run's value and feasibility; a probed run's as at the probe's reference speed
+        (a fixed rate was sent at rate x speed: autotune.study._speed)."""
+        speed = engine_speed(m.engine) or 1.0
         value = m.summary.metric(metric) if m.ok and m.summary is not None else None
+        if value is not None:
+            value = scaled(metric, value, speed)
+        constraints = constraint_values(
+            m.summary, self.spec.slos, self.spec.max_error_rate, m.status
+        )
         feasible = m.ok and all(
-            v <= 0
-            for v in constraint_values(
-                m.summary, self.spec.slos, self.spec.max_error_rate, m.status
-            ).values()
+            scaled_constraint(name, v, speed) <= 0 for name, v in constraints.items()
         )
         return ConfirmRun(k, number, m.status, value, feasible, m.device_s)
 

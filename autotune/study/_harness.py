@@ -51,6 +51,7 @@ from autotune.space import HostFacts, SearchSpace, SpaceError, load_space, restr
 from autotune.spec import SpecError, TuneSpec
 from autotune.study._measure import Measure, Measurement, Workplan, measure
 from autotune.study._prune import Judge
+from autotune.study._speed import HostSpeed, probes_speed
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class Harness:
     host: str = field(default_factory=socket.gethostname)
     plan: Workplan | None = None  # the workload (None: a measure that brings its own)
     settings: LaunchSettings | None = None
+    speed: HostSpeed | None = None  # the speed probe `measure` reads (None: no probe)
 
     def __post_init__(self) -> None:
         if self.lanes < 1:
@@ -129,6 +131,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         warmup, requests = build_requests(spec.workload, spec.model)
     except WorkloadError as exc:
         raise SpecError(f"workload: {exc}") from None
+    speed = HostSpeed(space.platform, spec.engine.cores) if probes_speed(spec) else None
     plan = Workplan(
         warmup,
         requests,
@@ -144,6 +147,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         device_cost_per_hour=spec.device_cost_per_hour,
         load_client=spec.load_client,
         tokenizer=spec.model,
+        speed=speed,
     )
     if spec.load_client == "vllm-bench":
         try:
@@ -186,6 +190,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         host=host or socket.gethostname(),
         plan=plan,
         settings=settings,
+        speed=speed,
     )
 
 

@@ -56,16 +56,17 @@ def _gp_available() -> bool:
 
 
 def make_sampler(
-    spec: TuneSpec, space: SearchSpace, offset: int = 0
+    spec: TuneSpec, space: SearchSpace, offset: int = 0, probing: bool = False
 ) -> optuna.samplers.BaseSampler:
     """The spec's sampler, seeded with `spec.seed + offset` (a resumed study passes the number
-    of trials it has, so that it does not propose its first configs again)."""
+    of trials it has, so that it does not propose its first configs again). `probing`: the
+    trials read the host's speed first (autotune.study._speed)."""
     sampler = _base_sampler(spec, space, spec.seed + offset)
     if isinstance(sampler, optuna.samplers.RandomSampler):
         return sampler  # it reads nothing of the study
     slos = [*spec.slos, *pending(spec)]  # a relative SLO is a constraint once fixed
-    if not remeasure_on(spec) and not slos:
-        return sampler  # without repeats and SLOs it would be told the stored values
+    if not remeasure_on(spec, probing) and not slos and not probing:
+        return sampler  # without repeats, probes and SLOs it would be told the stored values
     # Told the values as at the study's start, SLO constraints on a log scale (see `_told`).
     return ToldSampler(sampler, [o.metric for o in told_objectives(spec)], slos)
 

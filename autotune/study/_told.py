@@ -5,8 +5,9 @@ A sampler learns from the values stored with each trial. Two things in them misl
 
 - **the host's drift**: on a host whose speed drifts, the values are the host's as much as the
   config's. Every measured trial's objective values and SLO constraints are scaled to the
-  host's speed at the study's start (the drift its re-measured configs show,
-  `autotune.drift.fit_drift`); without a drift estimate, they are the measured ones;
+  host's speed at the study's start (what its speed probe read, autotune.study._speed, or
+  else the drift its re-measured configs show, `autotune.drift.fit_drift`); without either,
+  they are the measured ones;
 - **the scale of a violation**: an SLO's stored constraint is `measured / bound - 1`
   (`_objectives`). A queue that builds up makes a p99 TTFT hundreds of times its bound, while
   the feasible configs sit within a few tens of percent of it; a Gaussian process fitted to
@@ -31,8 +32,7 @@ from optuna.study import Study
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import store as keys
-from autotune.drift import Drift, fit_drift, run_time, scaled
+from autotune.drift import Drift, at_probe, run_time, scaled, study_drift
 from autotune.store import TrialRecord
 
 MIN_RATIO = 1e-3  # a measured latency of 0 (no request measured it) is told as 1/1000 of its bound
@@ -93,11 +93,24 @@ class ToldSampler(optuna.samplers.BaseSampler):
 def view(study: Study, objectives: Sequence[str], slos: Sequence[str]) -> Study:
     """The study as the sampler is told it (see the module's text)."""
     trials = study.get_trials(deepcopy=False)
-    drift = fit_drift([TrialRecord.from_frozen(t) for t in trials])
-    if drift is None and not slos:
+    records = [TrialRecord.from_frozen(t) for t in trials]
+    drift = study_drift(records)
+    records = [at_probe(r) for r in records]
+    speeds = [_speed(r, drift) for r in records]
+    if not slos and all(speed == 1.0 for speed in speeds):
         return study
-    told = [_told(t, drift, objectives, slos) for t in trials]
+    told = [_told(t, speed, objectives, slos) for t, speed in zip(trials, speeds, strict=True)]
     return _StudyView(study, told)  # type: ignore[return-value]
+
+
+def _speed(record: TrialRecord, drift: Drift | None) -> float:
+    """The host's speed at `record`'s run: its probe's (already in `record.speed`), or the
+    drift the repeats show (`drift`: None where the study is probed)."""
+    speed = record.speed if record.speed is not None else 1.0
+    at = run_time(record.measured_at, record.metrics)
+    if drift is not None and at is not None and record.measured:
+        speed *= drift.speed(at)
+    return speed
 
 
 def log_ratio(constraint: float, speed: float = 1.0) -> float:
@@ -107,13 +120,10 @@ def log_ratio(constraint: float, speed: float = 1.0) -> float:
 
 
 def _told(
-    trial: FrozenTrial, drift: Drift | None, objectives: Sequence[str], slos: Sequence[str]
+    trial: FrozenTrial, speed: float, objectives: Sequence[str], slos: Sequence[str]
 ) -> FrozenTrial:
     if trial.values is None:
         return trial
-    metrics = trial.user_attrs.get(keys.METRICS)
-    at = None if metrics is None else run_time(trial.user_attrs.get(keys.MEASURED_AT), metrics)
-    speed = drift.speed(at) if drift is not None and at is not None else 1.0
     out = copy.copy(trial)
     if speed != 1.0:
         out._values = [scaled(m, v, speed) for m, v in zip(objectives, trial.values, strict=False)]

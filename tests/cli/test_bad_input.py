@@ -104,6 +104,12 @@ ROWS = [
     row("tune-sampler-bogus", tune("--sampler", "bogus"), "--sampler"),
     row("tune-search-bogus", tune("--search", "bogus"), "--search"),
     row("tune-remeasure-bogus", tune("--remeasure", "sometimes"), "--remeasure"),
+    row("tune-speed-probe-bogus", tune("--speed-probe", "maybe"), "--speed-probe"),
+    row(
+        "tune-speed-probe-offline",
+        tune("--speed-probe", "on", "--scenario", "offline"),
+        "an offline batch is not probed",
+    ),
     row("tune-load-client-bogus", tune("--load-client", "curl"), "--load-client 'curl'"),
     row(
         "tune-vllm-bench-ids",

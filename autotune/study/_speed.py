@@ -1,0 +1,95 @@
+"""A study's host-speed probe at trial time: each trial's reading against the study's first,
+and a fixed-rate load that follows it.
+
+Before a trial's benchmark (autotune.study._measure) the fixed work of autotune.devices
+(`read_speed`) is timed on its devices. Its rate over the study's first reading is the host's
+speed `s` then, relative to the study's start. Under a Poisson rate the run is sent at
+`rate * s`: a host at speed `s` under `rate * s` is the host at full speed under `rate` on a
+clock `s` times as slow, so its rates / `s` and latencies * `s` are what the user's load
+would measure at the study's start (`autotune.drift.compared` applies them). Without that a
+slow run's latencies under a fixed rate grow by queueing, which no scaling undoes. In a closed
+loop (a concurrency alone) the run is the same schedule stretched, and the scaling alone
+holds. A trace's arrivals are its own: they are not moved, and its runs are not scaled
+(`scales: false`).
+
+What a trial records (`engine["speed"]`, `HostSpeed.facts`) is the raw reading, the reference,
+their ratio and the rate it sent; the measured metrics stay as measured.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.bench import LoadProfile
+from autotune.devices import SpeedReading, read_speed
+from autotune.drift import SPEED, positive
+from autotune.engine import DEFAULT_COMMAND, EngineConfig
+from autotune.spec import SpecError, TuneSpec
+
+
+@dataclass
+class HostSpeed:
+    """The probe of one study: its reference reading, shared by its lanes."""
+
+    platform: str
+    cores: str | None = None
+    reader: Callable[[str, Mapping[str, str], str | None], SpeedReading | None] = read_speed
+    reference: float | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def adopt(self, engines: Iterable[Mapping[str, Any]]) -> None:
+        """Take the reference of the study's stored trials (a resumed study), if there is one
+        and none is set yet: the first of `engines` (trials' engine facts, in order) with one."""
+        with self._lock:
+            if self.reference is not None:
+                return
+            for engine in engines:
+                facts = engine.get(SPEED)
+                if isinstance(facts, dict) and positive(facts.get("reference")):
+                    self.reference = float(facts["reference"])
+                    return
+
+    def read(self, config: EngineConfig) -> SpeedReading | None:
+        """Time the probe on the devices `config` runs on (its environment: the lease)."""
+        return self.reader(self.platform, config.env, self.cores)
+
+    def facts(self, reading: SpeedReading, profile: LoadProfile) -> dict[str, Any]:
+        """What a trial records of `reading`; the study's first reading is the reference."""
+        with self._lock:
+            if self.reference is None:
+                self.reference = reading.speed
+            reference = self.reference
+        speed = reading.speed / reference
+        facts: dict[str, Any] = {
+            **reading.to_dict(),
+            "reference": reference,
+            "speed": speed,
+            "scales": not profile.trace,
+        }
+        if profile.rate is not None and math.isfinite(profile.rate):
+            facts["rate"] = profile.rate * speed
+        return facts
+
+
+def followed(profile: LoadProfile, facts: Mapping[str, Any] | None) -> LoadProfile:
+    """`profile` as the run sends it: at the rate `facts` says (rate * speed), else as it is."""
+    rate = facts.get("rate") if facts else None
+    if not isinstance(rate, int | float) or not positive(rate):
+        return profile
+    return profile.model_copy(update={"rate": float(rate)})
+
+
+def probes_speed(spec: TuneSpec) -> bool:
+    """Whether trials read the host's speed first: `speed_probe` on, or auto with vLLM's own
+    server command (a custom one may be a stand-in whose speed is not the devices') and a
+    server scenario (an offline batch is not probed). Raises SpecError for a probe asked of an
+    offline study."""
+    if spec.speed_probe == "on" and spec.scenario == "offline":
+        raise SpecError("--speed-probe on: an offline batch is not probed (a server scenario is)")
+    if spec.speed_probe != "auto":
+        return spec.speed_probe == "on"
+    return spec.engine.command == DEFAULT_COMMAND and spec.scenario != "offline"
