@@ -131,7 +131,8 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         warmup, requests = build_requests(spec.workload, spec.model)
     except WorkloadError as exc:
         raise SpecError(f"workload: {exc}") from None
-    speed = HostSpeed(space.platform, spec.engine.cores) if probes_speed(spec) else None
+    probing = probes_speed(spec, space.platform)
+    speed = HostSpeed(space.platform, spec.engine.cores) if probing else None
     plan = Workplan(
         warmup,
         requests,
