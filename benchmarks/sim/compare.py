@@ -48,8 +48,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--noise", type=float, default=0.05, help="run-to-run spread (+-)")
     add("--drift", type=float, default=0.26, help="slow drift, at most, over half the period")
     add("--jobs", type=int, default=2)
-    probe_help = "experiment: each run's speed read first, sent at rate*speed (sim/probe.py)"
-    add("--probe", choices=("engine", "host"), default=None, help=probe_help)
+    probe_help = "the tuner's speed probe on, its reading the host's speed within 2%% (sd)"
+    add("--probe", action="store_true", help=probe_help)
     add("--cli", action="store_true", help="run `autotune tune` on the simulated server")
     add("--time-scale", type=float, default=0.1, help="with --cli: wall s per simulated s")
     add("--chunk-tokens", type=int, default=16, help="with --cli: tokens per stream chunk")
@@ -112,7 +112,7 @@ def summarize(runs: list[list[Step]], best: float) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     if args.probe and args.cli:
-        raise SystemExit("--probe is an in-process experiment: not with --cli")
+        raise SystemExit("--probe simulates the probe's reading: in-process only, not with --cli")
     names = args.landscape.split(",")
     methods = args.methods.split(",")
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}

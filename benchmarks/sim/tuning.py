@@ -14,6 +14,7 @@ launched trials and in device seconds (start-up + the benchmark, as a real trial
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -26,8 +27,9 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-from autotune.bench import Stats, Summary
-from autotune.devices import DevicePool
+from autotune.bench import LoadProfile, Stats, Summary
+from autotune.devices import DevicePool, SpeedReading
+from autotune.drift import SPEED
 from autotune.engine import EngineConfig
 from autotune.export import choose_export
 from autotune.selection import SelectionError
@@ -36,14 +38,13 @@ from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
 from autotune.store import StudyStore
 from autotune.study import Harness, Measurement, StudyRunner
+from autotune.study._speed import HostSpeed
 
 from .landscapes import Landscape
 from .model import SimConfig
-from .probe import Probe, probe_class, speeds
-from .simulate import SimResult, SimWorkload, simulate
+from .simulate import SimResult, simulate
 
 STARTUP_S = 60.0  # a CUDA engine's start-up with graphs (vLLM logs: 40-90 s on H100/A100)
-PROBE_WORKLOAD = SimWorkload(((128, 64),) * 3, concurrency=1)  # the speed probe's lone requests
 FAILED_STARTUP_S = 35.0  # an OOM is found during the memory profile, before graphs
 
 
@@ -83,19 +84,16 @@ class SimMeasure:
     drift_period_s: float = 3600.0
     seed: int = 0
     clock_s: float = 0.0  # device time spent so far: the drift follows it
-    # An experiment (benchmarks/sim/probe.py): each run's speed read before its benchmark, by
-    # lone requests on its engine ("engine") or by the host itself ("host"), within a relative
-    # spread of `probe_noise` (sd); the run is then sent at rate * speed and corrected by it.
-    # The probe's own seconds (3 lone requests: 1-8 s) are not counted in device_s.
-    probe: str | None = None
+    # The tuner's speed probe (autotune.study._speed): before each run the host's speed is
+    # read within a relative spread of `probe_noise` (sd) and given to `speed`, which sends a
+    # fixed rate at rate * speed; the tuner's drift module then corrects the raw values. The
+    # probe's own seconds (about 3 s on a real host) are not counted in device_s.
+    speed: HostSpeed | None = None
     probe_noise: float = 0.02
-    probes: list[Probe] = field(default_factory=list)
     _rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
-        if self.probe not in (None, "engine", "host"):
-            raise ValueError(f"probe {self.probe!r}: expected engine or host")
 
     def factor(self, at_s: float) -> float:
         """The host's speed for a run whose benchmark is in the middle at `at_s`: a level
@@ -117,25 +115,50 @@ class SimMeasure:
         # queues grow (so the drift fit reads no drift there, autotune.drift says why).
         land = self.truth.landscape
         cfg = sim_config(land, config.args)
+        engine: dict[str, Any] = {}
         read = 1.0
-        if self.probe is not None:
-            spread = 1 + self._rng.gauss(0, self.probe_noise)
-            if self.probe == "host":  # the host's speed itself
-                read = f * spread
-            else:
-                lone = simulate(land.hardware, cfg, PROBE_WORKLOAD, speed=f)
-                rate = 1000.0 / lone.p50_tpot_ms * spread
-                self.probes.append(Probe(probe_class(config.args), rate, self.clock_s))
-                read = speeds(self.probes)[-1]
-        # Sent at rate * read on a host at f, corrected by read: the host at f / read.
+        if self.speed is not None:  # as autotune.study._measure reads the probe
+            reading = SpeedReading(f * (1 + self._rng.gauss(0, self.probe_noise)), {"sim": {}})
+            engine[SPEED] = self.speed.facts(reading, load_profile(land))
+            read = engine[SPEED]["speed"]
+        # Sent at rate * read on a host at f: on a clock `read` times as slow, the host at
+        # f / read under the rate (`seen`); what the client measures is that, back on the
+        # real clock (rates * read, latencies / read).
         seen = result
         if f != read:
             seen = simulate(land.hardware, cfg, land.workload, speed=f / read)
-        device_s = STARTUP_S + seen.duration_s / read
+        raw = on_clock(seen, read)
+        device_s = STARTUP_S + raw.duration_s
         self.clock_s += device_s
-        summary = measured_summary(self.truth.landscape, seen)
+        summary = measured_summary(land, raw)
         # The drift's clock is the device time spent (the recorder stores it as measured_at).
-        return Measurement(TrialStatus.OK, summary=summary, device_s=device_s, at_s=self.clock_s)
+        return Measurement(
+            TrialStatus.OK, summary=summary, engine=engine, device_s=device_s, at_s=self.clock_s
+        )
+
+
+def load_profile(landscape: Landscape) -> LoadProfile:
+    """The landscape's load as the tuner's spec states it."""
+    w = landscape.workload
+    return LoadProfile(rate=w.rate, concurrency=w.concurrency)
+
+
+def on_clock(result: SimResult, read: float) -> SimResult:
+    """`result`, simulated on a clock `read` times as slow, as the real clock measures it."""
+    if read == 1.0:
+        return result
+    return dataclasses.replace(
+        result,
+        duration_s=result.duration_s / read,
+        output_throughput=result.output_throughput * read,
+        request_throughput=result.request_throughput * read,
+        p50_ttft_ms=result.p50_ttft_ms / read,
+        p99_ttft_ms=result.p99_ttft_ms / read,
+        p50_tpot_ms=result.p50_tpot_ms / read,
+        p99_tpot_ms=result.p99_tpot_ms / read,
+        ttft_ms=tuple(v / read for v in result.ttft_ms),
+        tpot_ms=tuple(None if v is None else v / read for v in result.tpot_ms),
+    )
 
 
 def _stats(p50: float, p99: float) -> Stats:
@@ -210,7 +233,9 @@ def model_folder(landscape: Landscape, root: Path) -> Path:
     return folder
 
 
-def spec_for(landscape: Landscape, method: Method, seed: int, trials: int, root: Path) -> TuneSpec:
+def spec_for(
+    landscape: Landscape, method: Method, seed: int, trials: int, root: Path, probe: bool = False
+) -> TuneSpec:
     objectives = [{"metric": landscape.metric, "direction": "maximize"}]
     if landscape.metric == "output_throughput":
         objectives += [
@@ -227,6 +252,9 @@ def spec_for(landscape: Landscape, method: Method, seed: int, trials: int, root:
             "seed": seed,
             "objectives": objectives,
             "slos": dict(landscape.slos),
+            # The probe's reading is simulated (SimMeasure), but the spec says whether it is
+            # on: with it, `remeasure: auto` is off (autotune.study._remeasure).
+            "speed_probe": "on" if probe else "off",
             **method.fields,
         }
     )
@@ -241,13 +269,14 @@ def run_method(
     noise: float = 0.0,
     drift: float = 0.0,
     root: Path | None = None,
-    probe: str | None = None,
+    probe: bool = False,
 ) -> list[Step]:
     """One study of `method`: the truth of export's choice after each launched trial."""
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        spec = spec_for(landscape, method, seed, trials, Path(tmp))
+        spec = spec_for(landscape, method, seed, trials, Path(tmp), probe)
         space = load_space(spec.space)
-        measure = SimMeasure(truth, noise=noise, drift=drift, seed=seed * 7919 + 1, probe=probe)
+        speed = HostSpeed("cuda") if probe else None  # the tuner's probe, its reading simulated
+        measure = SimMeasure(truth, noise=noise, drift=drift, seed=seed * 7919 + 1, speed=speed)
         store = StudyStore(spec.storage_url)
         steps: list[Step] = []
 
@@ -260,7 +289,8 @@ def run_method(
         gpus = landscape.hardware.gpus
         # The landscape's host: its GPUs are the pool tensor-parallel trials lease from.
         pool = DevicePool(list(range(gpus)), platform="cuda") if gpus > 1 else None
-        StudyRunner(Harness(spec, space, measure, pool=pool), store, after_trial).run()
+        harness = Harness(spec, space, measure, pool=pool, speed=speed)
+        StudyRunner(harness, store, after_trial).run()
         return steps
 
 

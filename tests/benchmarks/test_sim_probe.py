@@ -1,4 +1,6 @@
-"""benchmarks/sim/probe.py: the host's speed read from a probe before each run (an experiment)."""
+"""The tuner's speed probe in the simulated benchmark: SimMeasure reads the host's speed as
+autotune.study._measure does, sends a fixed rate at rate * speed, reports raw values, and the
+tuner's own drift module (`autotune.drift.compared`) undoes the drift."""
 
 from __future__ import annotations
 
@@ -11,39 +13,17 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from sim.landscapes import LANDSCAPES  # noqa: E402
-from sim.probe import Probe, probe_class, speeds  # noqa: E402
-from sim.tuning import SimMeasure, Truth  # noqa: E402
+from sim.simulate import simulate  # noqa: E402
+from sim.tuning import SimMeasure, Truth, sim_config  # noqa: E402
 
+from autotune.drift import SPEED, compared  # noqa: E402
 from autotune.engine import EngineConfig  # noqa: E402
 from autotune.space import load_space  # noqa: E402
+from autotune.store import TrialRecord  # noqa: E402
+from autotune.study._speed import HostSpeed  # noqa: E402
 
 QWEN = LANDSCAPES["qwen32b-a100-slo"]
-
-
-def test_only_knobs_that_change_a_lone_request_make_a_probe_class() -> None:
-    a = probe_class({"max_num_seqs": 8, "gpu_memory_utilization": 0.9, "tensor_parallel_size": 4})
-    b = probe_class({"max_num_seqs": 512, "max_num_batched_tokens": 512, "tensor_parallel_size": 4})
-    c = probe_class({"max_num_seqs": 8, "tensor_parallel_size": 2})
-    assert a == b != c
-
-
-def test_the_joint_fit_reads_a_drift_shared_by_two_classes() -> None:
-    # A host slowing linearly to 0.8 over 2,000 s; class "tp4" decodes 3x as fast as "tp1".
-    def speed(t: float) -> float:
-        return 1.0 - 0.2 * t / 2000
-
-    probes: list[Probe] = []
-    for k in range(11):
-        t = 200.0 * k
-        klass, level = ("tp1", 10.0) if k % 3 == 0 else ("tp4", 30.0)
-        probes.append(Probe(klass, level * speed(t), t))
-    read = speeds(probes)
-    assert read[0] == 1.0
-    for p, s in zip(probes, read, strict=True):
-        assert s == pytest.approx(speed(p.at), rel=0.02)
-    # A class seen once takes the drift of the others at its time.
-    lone = [*probes, Probe("tp2", 17.0, 2200.0)]
-    assert speeds(lone)[-1] == pytest.approx(speed(2200.0), rel=0.03)
+LATE = 1800.0  # the drift's trough: the host at 74% of its speed
 
 
 def _config(**params: object) -> EngineConfig:
@@ -52,31 +32,50 @@ def _config(**params: object) -> EngineConfig:
     return EngineConfig(model="m", args=options)
 
 
-def test_a_host_probe_sends_the_run_at_the_hosts_speed_and_undoes_the_drift() -> None:
+BEST = {"max_num_seqs": 64, "max_num_batched_tokens": 12518, "gpu_memory_utilization": 0.9,
+        "tensor_parallel_size": 4}  # fmt: skip
+
+
+def _record(number: int, m: object, params: dict[str, object]) -> TrialRecord:
+    summary = m.summary  # type: ignore[attr-defined]
+    metrics = {k: summary.metric(k) for k in ("request_throughput", "p99_ttft_ms", "p99_tpot_ms")}
+    return TrialRecord(
+        number=number, state="complete", status="ok", params=params, config=params,
+        metrics=metrics, engine=m.engine, measured_at=m.at_s,  # type: ignore[attr-defined]
+    )  # fmt: skip
+
+
+def test_a_probed_run_in_the_trough_is_sent_slower_and_compared_as_at_the_start() -> None:
     truth = Truth(QWEN)
-    best = _config(max_num_seqs=64, max_num_batched_tokens=12518, gpu_memory_utilization=0.9,
-                   tensor_parallel_size=4)  # fmt: skip
-    exact = truth.result(best.args)
-    late = 1800.0  # the drift's trough: the host at 74% of its speed
-    plain = SimMeasure(truth, drift=0.26, clock_s=late)(best, Path("."))
-    probed = SimMeasure(truth, drift=0.26, clock_s=late, probe="host", probe_noise=0.0)
-    seen = probed(best, Path("."))
-    assert plain.summary is not None and seen.summary is not None
+    exact = truth.result(_config(**BEST).args)
+    plain = SimMeasure(truth, drift=0.26, clock_s=LATE)(_config(**BEST), Path("."))
+    assert plain.summary is not None and SPEED not in plain.engine
     assert plain.summary.ttft_ms.p99 > 2 * exact.p99_ttft_ms  # queued under the fixed rate
-    assert seen.summary.ttft_ms.p99 == pytest.approx(exact.p99_ttft_ms, rel=1e-6)
-    assert seen.summary.tpot_ms.p99 == pytest.approx(exact.p99_tpot_ms, rel=1e-6)
+
+    speed = HostSpeed("cuda")
+    probed = SimMeasure(truth, drift=0.26, probe_noise=0.0, speed=speed)
+    first = probed(_config(max_num_seqs=48, tensor_parallel_size=4), Path("."))
+    assert first.engine[SPEED]["speed"] == 1.0  # the study's first reading is the reference
+    probed.clock_s = LATE
+    late = probed(_config(**BEST), Path("."))
+    facts = late.engine[SPEED]
+    assert facts["speed"] < 0.8 and facts["rate"] == pytest.approx(6.0 * facts["speed"])
+    assert late.summary is not None  # raw: a slower host under a slower rate
+    assert late.summary.tpot_ms.p99 == pytest.approx(exact.p99_tpot_ms / facts["speed"], rel=0.02)
+    # The tuner's drift module undoes it: the config as the host was at the study's first
+    # reading (its speed then, `speed.reference` here: no noise on the probe), SLOs and all.
+    assert speed.reference is not None and 0.95 < speed.reference < 1.0
+    cfg = sim_config(QWEN, _config(**BEST).args)
+    start = simulate(QWEN.hardware, cfg, QWEN.workload, speed=speed.reference)
+    seen = compared([_record(0, first, {"max_num_seqs": 48}), _record(1, late, BEST)])[1]
+    assert seen.metric("p99_tpot_ms") == pytest.approx(start.p99_tpot_ms, rel=1e-6)
+    assert seen.metric("p99_ttft_ms") == pytest.approx(start.p99_ttft_ms, rel=1e-6)
+    assert seen.metric("request_throughput") == pytest.approx(start.request_throughput, rel=1e-6)
+    assert seen.speed == pytest.approx(facts["speed"])
 
 
-def test_an_engine_probe_is_relative_to_its_class_first_run() -> None:
+def test_without_a_probe_the_measured_values_are_what_the_host_did() -> None:
     truth = Truth(QWEN)
-    tp4 = _config(max_num_seqs=64, max_num_batched_tokens=12518, tensor_parallel_size=4)
-    other = _config(max_num_seqs=48, max_num_batched_tokens=4096, tensor_parallel_size=4)
-    measure = SimMeasure(truth, drift=0.26, probe="engine", probe_noise=0.0)
-    measure(tp4, Path("."))  # at the start: the class's level
-    measure.clock_s = 1800.0  # the trough
-    seen = measure(other, Path("."))
-    exact = truth.result(other.args)
-    assert seen.summary is not None
-    assert seen.summary.tpot_ms.p99 == pytest.approx(exact.p99_tpot_ms, rel=0.03)
-    with pytest.raises(ValueError, match="probe"):
-        SimMeasure(truth, probe="gpu")
+    m = SimMeasure(truth, drift=0.26, clock_s=LATE)(_config(**BEST), Path("."))
+    seen = compared([_record(0, m, BEST)])[0]
+    assert seen.metric("p99_ttft_ms") == pytest.approx(m.summary.ttft_ms.p99)  # type: ignore[union-attr]
