@@ -44,9 +44,7 @@ def test_a_probed_study_records_each_reading_and_follows_it(
     assert "as at the study's start (host speed then x" in out.read_text()
 
 
-def test_a_custom_engine_command_is_not_probed_by_default(
-    tiny_model: Path, tmp_path: Path
-) -> None:
+def test_a_custom_engine_command_is_not_probed_by_default(tiny_model: Path, tmp_path: Path) -> None:
     result = invoke(*tune_args(tiny_model, tmp_path, "d", "--trials", "1"))
     assert result.exit_code == 0, result.output
     assert all(SPEED not in t.engine for t in _launched(tmp_path, "d"))
