@@ -13,7 +13,9 @@ holds. A trace's arrivals are its own: they are not moved, and its runs are not 
 (`scales: false`).
 
 What a trial records (`engine["speed"]`, `HostSpeed.facts`) is the raw reading, the reference,
-their ratio and the rate it sent; the measured metrics stay as measured.
+their ratio and the rate it sent; the measured metrics stay as measured. A probed study fits
+no drift and, with `remeasure: auto`, re-measures nothing: in benchmarks/sim re-measured
+incumbents near an SLO bound flipped export on one noisy run (docs/benchmarks.md).
 """
 
 from __future__ import annotations
