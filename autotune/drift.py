@@ -213,11 +213,11 @@ def at_start(trial: TrialRecord, drift: Drift | None) -> TrialRecord:
 
 
 def _at_speed(trial: TrialRecord, speed: float) -> TrialRecord:
-    """`trial` as at speed 1, measured at `speed` (its `speed` compounds an earlier one)."""
+    """`trial` as at speed 1, measured at `speed` (the probe's or the fitted drift's: a
+    study has one or the other, `study_drift`)."""
     metrics = {k: scaled(k, v, speed) for k, v in trial.metrics.items()}
     constraints = {k: scaled_constraint(k, c, speed) for k, c in trial.constraints.items()}
-    total = speed * (trial.speed if trial.speed is not None else 1.0)
-    update = {"metrics": metrics, "constraints": constraints, "speed": total}
+    update = {"metrics": metrics, "constraints": constraints, "speed": speed}
     return trial.model_copy(update=update)
 
 

@@ -106,11 +106,12 @@ def view(study: Study, objectives: Sequence[str], slos: Sequence[str]) -> Study:
 def _speed(record: TrialRecord, drift: Drift | None) -> float:
     """The host's speed at `record`'s run: its probe's (already in `record.speed`), or the
     drift the repeats show (`drift`: None where the study is probed)."""
-    speed = record.speed if record.speed is not None else 1.0
+    if record.speed is not None:
+        return record.speed
     at = run_time(record.measured_at, record.metrics)
-    if drift is not None and at is not None and record.measured:
-        speed *= drift.speed(at)
-    return speed
+    if drift is None or at is None or not record.measured:
+        return 1.0
+    return drift.speed(at)
 
 
 def log_ratio(constraint: float, speed: float = 1.0) -> float:

@@ -127,8 +127,9 @@ class TrialRunner:
             again = trial.user_attrs.get(keys.REMEASURE_OF)
             shown = description if again is None else f"{description} (again: trial {again})"
             self.emit(TrialStarted(trial.number, slot, self.spec.trials, shown))
-            if self.harness.speed is not None:  # a resumed study keeps its first reading
-                self.harness.speed.adopt(_engines(study))
+            speed = self.harness.speed
+            if speed is not None and speed.reference is None:  # a resumed study keeps its own
+                speed.adopt(_engines(study))
             judge = self._judge(study, trial)
             if judge is None:
                 measurement = self.harness.measure(config, trial_dir)
