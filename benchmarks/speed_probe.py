@@ -6,9 +6,11 @@ and idle, then the benchmark (closed loop: a run on a slower host is the same sc
 stretched, so its throughput / the probe's speed should be the config's own). Every
 `--hog-every`-th round runs with busy loops beside it (work beside the engine, as a shared host
 has), so the host's speed has a range to follow. Reported: the correlation of log probe
-speed with log output throughput (and with 1 / the engine's mean TPOT), and the spread (sd
-of log) of the throughput as measured and as corrected by the probe, over all rounds and
-over the quiet ones. A probe that follows the engine makes the corrected spread smaller.
+reading with log output throughput (and with 1 / the engine's mean TPOT), the spread (sd
+of log) of the throughput as measured, as corrected by the probe's reading and as the tuner
+corrects it (the reading's ratio weighted by `autotune.study._speed.weight`), and the probe's
+own spread, over all rounds and over the quiet ones. A probe that follows the engine makes
+the corrected spread smaller.
 
     python benchmarks/speed_probe.py [--rounds 12] [--hog-every 3] [--hogs 1] [--json out.json]
 """
@@ -72,10 +74,11 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Correlations and spreads, over all rounds and the quiet ones."""
     out: dict[str, Any] = {}
     for label, sel in (("all", rows), ("quiet", [r for r in rows if r["hogs"] == 0])):
-        usable = [r for r in sel if r["speed"]]
+        usable = [r for r in sel if r["reading"]]
         if len(usable) < 3:
             continue
-        s = [math.log(r["speed"]) for r in usable]
+        s = [math.log(r["reading"]) for r in usable]  # the probe's own, unweighted
+        w = [math.log(r["speed"]) for r in usable]  # as the tuner counts it (its weight)
         t = [math.log(r["output_throughput"]) for r in usable]
         e = [-math.log(r["engine_mean_tpot_ms"]) for r in usable if r["engine_mean_tpot_ms"]]
         corrected = [a - b for a, b in zip(t, s, strict=True)]
@@ -87,6 +90,7 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
             ),
             "sd_log_throughput": round(statistics.pstdev(t), 3),
             "sd_log_corrected": round(statistics.pstdev(corrected), 3),
+            "sd_log_tuner": round(statistics.pstdev([a - b for a, b in zip(t, w, strict=True)]), 3),
             "sd_log_probe": round(statistics.pstdev(s), 3),
         }
     return out

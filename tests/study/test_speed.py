@@ -24,7 +24,7 @@ from autotune.study import Measurement, Workplan, measure
 from autotune.study._confirm import Confirmer
 from autotune.study._measure import load_measurement
 from autotune.study._remeasure import remeasure_on
-from autotune.study._speed import HostSpeed, followed, probes_speed
+from autotune.study._speed import HostSpeed, followed, probes_speed, weight
 
 
 def reading(speed: float) -> SpeedReading:
@@ -32,7 +32,7 @@ def reading(speed: float) -> SpeedReading:
 
 
 def test_the_first_reading_is_the_reference_and_a_rate_follows_the_speed() -> None:
-    speed = HostSpeed("cuda")
+    speed = HostSpeed("cuda", spread=0.0)  # a probe without a spread of its own: weight 1
     rate = LoadProfile(rate=10.0)
     first = speed.facts(reading(200.0), rate)
     assert first["speed"] == 1.0 and first["reference"] == 200.0 and first["rate"] == 10.0
@@ -57,13 +57,46 @@ def test_the_first_reading_is_the_reference_and_a_rate_follows_the_speed() -> No
     assert followed(rate, None) is rate
 
 
+def test_readings_within_the_probes_own_spread_move_nothing() -> None:
+    assert weight([]) == 0.0 and weight([math.log(100.0)]) == 0.0
+    steady = [math.log(100.0 * (1 + d)) for d in (0.0, 0.02, -0.015, 0.01, -0.02, 0.005)]
+    assert weight(steady) == 0.0  # what a probe with a 2% spread gives on a steady host
+    moved = [*steady, math.log(70.0)]
+    assert 0.9 < weight(moved) < 1.0
+    assert weight(steady, spread=0.0) == 1.0
+
+    speed = HostSpeed("cuda")  # the probe's own spread: PROBE_SPREAD (2%)
+    rate = LoadProfile(rate=10.0)
+    for value in (100.0, 102.0, 98.5, 101.0):
+        facts = speed.facts(reading(value), rate)
+        assert facts["weight"] == 0.0 and facts["speed"] == 1.0 and facts["rate"] == 10.0
+    assert facts["reading"] == 101.0  # recorded as read
+    slow = speed.facts(reading(70.0), rate)  # the host slowed by 30%: that is no probe noise
+    assert slow["weight"] > 0.95 and slow["speed"] == pytest.approx(0.7, rel=0.02)
+    assert slow["rate"] == pytest.approx(10.0 * slow["speed"])
+    # From then on the host is known to move, and a reading counts nearly in full.
+    back = speed.facts(reading(95.0), rate)
+    assert 0.9 < back["weight"] < 1.0 and back["speed"] == pytest.approx(0.95, rel=0.01)
+
+
 def test_a_resumed_study_keeps_its_first_reference() -> None:
     speed = HostSpeed("cpu")
     speed.adopt([{}, {"startup_s": 3.0}, {SPEED: {"reference": 80.0}}, {SPEED: {"reference": 1}}])
-    assert speed.reference == 80.0
-    assert speed.facts(reading(40.0), LoadProfile(concurrency=1))["speed"] == 0.5
+    assert speed.reference == 80.0 and speed.readings == [math.log(80.0)]
+    assert speed.facts(reading(40.0), LoadProfile(concurrency=1))["speed"] == pytest.approx(
+        0.5, rel=0.01
+    )
     speed.adopt([{SPEED: {"reference": 5.0}}])  # set once: never replaced
     assert speed.reference == 80.0
+    # The stored readings count toward the weight: a host seen to move before the resume
+    # is corrected from the first trial after it.
+    moved = HostSpeed("cpu")
+    stored = [{SPEED: {"reference": 100.0, "reading": r}} for r in (100.0, 80.0, 101.0)]
+    moved.adopt(stored)
+    assert moved.readings == pytest.approx([math.log(r) for r in (100.0, 80.0, 101.0)])
+    assert moved.facts(reading(90.0), LoadProfile(concurrency=1))["speed"] == pytest.approx(
+        0.9, rel=0.01
+    )
     fresh = HostSpeed("cpu")
     fresh.adopt([{SPEED: {"reference": math.nan}}, {SPEED: "garbage"}])
     assert fresh.reference is None
@@ -155,7 +188,7 @@ def test_a_trial_records_its_reading_and_sends_its_rate_at_the_hosts_speed(
     tmp_path: Path,
 ) -> None:
     reader = Reader(100.0, 50.0, 0.0)
-    speed = HostSpeed("cpu", cores="0", reader=reader)
+    speed = HostSpeed("cpu", cores="0", reader=reader, spread=0.0)
     plan = Workplan([], REQUESTS, LoadProfile(rate=40.0), {}, speed=speed)
     settings = fake_settings(tmp_path, extra_env=ENV)
     first = measure(CONFIG, tmp_path / "t0", plan, settings)
