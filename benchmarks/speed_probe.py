@@ -78,10 +78,11 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if len(usable) < 3:
             continue
         s = [math.log(r["reading"]) for r in usable]  # the probe's own, unweighted
-        w = [math.log(r["speed"]) for r in usable]  # as the tuner counts it (its weight)
+        tuned = [math.log(r["speed"]) for r in usable]  # as the tuner counts it (weighted)
         t = [math.log(r["output_throughput"]) for r in usable]
         e = [-math.log(r["engine_mean_tpot_ms"]) for r in usable if r["engine_mean_tpot_ms"]]
         corrected = [a - b for a, b in zip(t, s, strict=True)]
+        by_tuner = [a - b for a, b in zip(t, tuned, strict=True)]
         out[label] = {
             "rounds": len(usable),
             "corr_throughput": round(statistics.correlation(s, t), 3),
@@ -90,7 +91,7 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
             ),
             "sd_log_throughput": round(statistics.pstdev(t), 3),
             "sd_log_corrected": round(statistics.pstdev(corrected), 3),
-            "sd_log_tuner": round(statistics.pstdev([a - b for a, b in zip(t, w, strict=True)]), 3),
+            "sd_log_tuner": round(statistics.pstdev(by_tuner), 3),
             "sd_log_probe": round(statistics.pstdev(s), 3),
         }
     return out

