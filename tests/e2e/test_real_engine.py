@@ -80,7 +80,10 @@ def test_study_measures_every_trial_and_stores_a_front(study_root: Path) -> None
         # against the baseline's reading; a closed loop: no rate to move, the values scale.
         probe = t.engine["speed"]
         assert probe["reference"] == launched[0].engine["speed"]["reference"] > 0
-        assert probe["speed"] == pytest.approx(probe["reading"] / probe["reference"])
+        # A reading counts only as far as the study's readings say the host moved.
+        ratio = probe["reading"] / probe["reference"]
+        assert 0 <= probe["weight"] <= 1
+        assert probe["speed"] == pytest.approx(ratio ** probe["weight"])
         assert probe["scales"] is True and "rate" not in probe
     assert launched[0].engine["speed"]["speed"] == 1.0
 
