@@ -44,9 +44,10 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
+from scipy.stats import chi2
 
 from autotune.bench import PER_TOKEN_COSTS, RATES
 from autotune.store import TrialRecord
@@ -54,6 +55,26 @@ from autotune.store import TrialRecord
 SPEED = "speed"  # the key of a trial's engine facts with its speed probe (autotune.study._speed)
 RIDGE = 0.01  # on the knots' log speeds: small, it only keeps few repeats stable
 MAX_SPEED_RATIO = 2.0  # a fitted drift is clipped to within 2x either way
+
+# The probe's own spread (sd of the log of its reading) on a host whose speed does not move:
+# assumed, as benchmarks/sim reads the host's speed within it; not yet measured on its own
+# (benchmarks/speed_probe.py --hog-every 0 reports it as `sd_log_probe`).
+PROBE_SPREAD = 0.02
+SIGNIFICANCE = 0.95  # the readings' spread must exceed the probe's at this level to count
+
+
+def weight(logs: list[float], spread: float = PROBE_SPREAD) -> float:
+    """How much of the differences between the log readings `logs` is the host's (1) rather
+    than the probe's own `spread` (0): 0 while their sum of squares is within the chi-square
+    bound of the probe alone (fewer than 2 readings: 0), else `1 - spread**2 / variance`."""
+    n = len(logs)
+    if n < 2:
+        return 0.0
+    mean = math.fsum(logs) / n
+    squares = math.fsum((x - mean) ** 2 for x in logs)
+    if squares <= float(chi2.ppf(SIGNIFICANCE, n - 1)) * spread**2:
+        return 0.0
+    return 1.0 - (n - 1) * spread**2 / squares
 
 
 @dataclass(frozen=True)
@@ -176,15 +197,40 @@ def _slower_is_more(name: str) -> bool:
     return name.endswith("_ms") or name in PER_TOKEN_COSTS
 
 
-def positive(value: object) -> bool:
+def positive(value: object) -> TypeGuard[float]:
     """A finite number above 0."""
     return isinstance(value, int | float) and math.isfinite(value) and value > 0
 
 
-def probed_speed(trial: TrialRecord) -> float | None:
+def probe_weight(trials: Sequence[TrialRecord]) -> float | None:
+    """`weight` over the probe readings of every trial of `trials` that has one (None: no
+    trial has): how far the study's readings, all of them so far, say its host moves."""
+    logs = [math.log(r) for t in trials if positive(r := _facts(t.engine).get("reading"))]
+    return weight(logs) if logs else None
+
+
+def probed_speed(trial: TrialRecord, study_weight: float | None = None) -> float | None:
     """The speed the trial's probe read before its benchmark, where its metrics scale by it
-    (not a trace's runs: their arrivals were not moved); else None."""
+    (not a trace's runs: their arrivals were not moved); else None. A closed-loop run (no
+    rate was sent by the reading) is re-weighted by `study_weight` where given (the study's
+    `probe_weight` now: a run probed before the host was seen to move is corrected once it
+    is); a fixed-rate run keeps the speed its rate was sent at."""
+    facts = _facts(trial.engine)
+    reading, reference = facts.get("reading"), facts.get("reference")
+    if (
+        study_weight is not None
+        and facts.get("scales")
+        and "rate" not in facts
+        and positive(reading)
+        and positive(reference)
+    ):
+        return float((reading / reference) ** study_weight)
     return engine_speed(trial.engine)
+
+
+def _facts(engine: Mapping[str, Any]) -> Mapping[str, Any]:
+    facts = engine.get(SPEED)
+    return facts if isinstance(facts, dict) else {}
 
 
 def engine_speed(engine: Mapping[str, Any]) -> float | None:
@@ -196,9 +242,10 @@ def engine_speed(engine: Mapping[str, Any]) -> float | None:
     return float(speed) if isinstance(speed, int | float) and positive(speed) else None
 
 
-def at_probe(trial: TrialRecord) -> TrialRecord:
-    """The trial's metrics and SLO constraints as at its probe's reference speed."""
-    speed = probed_speed(trial)
+def at_probe(trial: TrialRecord, study_weight: float | None = None) -> TrialRecord:
+    """The trial's metrics and SLO constraints as at its probe's reference speed (re-weighted
+    by `study_weight`, see `probed_speed`)."""
+    speed = probed_speed(trial, study_weight)
     if speed is None or not trial.measured:
         return trial
     return _at_speed(trial, speed)
@@ -227,7 +274,8 @@ def compared(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
     counts them), the others as they are. In the order of `trials`. Probed trials are
     scaled by their probe's speed, and then no drift is fitted."""
     drift = study_drift(trials)
-    trials = [at_probe(t) for t in trials]
+    study_weight = probe_weight(trials)
+    trials = [at_probe(t, study_weight) for t in trials]
     groups: dict[str, list[TrialRecord]] = {}
     for t in trials:
         if t.measured:

@@ -34,33 +34,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scipy.stats import chi2
-
 from autotune.bench import LoadProfile
 from autotune.devices import SpeedReading, read_speed
-from autotune.drift import SPEED, positive
+from autotune.drift import PROBE_SPREAD, SPEED, positive, weight
 from autotune.engine import DEFAULT_COMMAND, EngineConfig
 from autotune.spec import SpecError, TuneSpec
-
-# The probe's own spread (sd of the log of its reading) on a host whose speed does not move:
-# assumed, as benchmarks/sim reads the host's speed within it; not yet measured on its own
-# (benchmarks/speed_probe.py --hog-every 0 reports it as `sd_log_probe`).
-PROBE_SPREAD = 0.02
-SIGNIFICANCE = 0.95  # the readings' spread must exceed the probe's at this level to count
-
-
-def weight(logs: list[float], spread: float = PROBE_SPREAD) -> float:
-    """How much of the differences between the log readings `logs` is the host's (1) rather
-    than the probe's own `spread` (0): 0 while their sum of squares is within the chi-square
-    bound of the probe alone (fewer than 2 readings: 0), else `1 - spread**2 / variance`."""
-    n = len(logs)
-    if n < 2:
-        return 0.0
-    mean = math.fsum(logs) / n
-    squares = math.fsum((x - mean) ** 2 for x in logs)
-    if squares <= float(chi2.ppf(SIGNIFICANCE, n - 1)) * spread**2:
-        return 0.0
-    return 1.0 - (n - 1) * spread**2 / squares
 
 
 @dataclass

@@ -15,7 +15,16 @@ from support import fake_settings
 
 from autotune.bench import LoadProfile, RequestSpec, Summary
 from autotune.devices import SpeedReading
-from autotune.drift import SPEED, at_probe, compared, fit_drift, probed_speed, study_drift
+from autotune.drift import (
+    SPEED,
+    at_probe,
+    compared,
+    fit_drift,
+    probe_weight,
+    probed_speed,
+    study_drift,
+    weight,
+)
 from autotune.engine import EngineConfig
 from autotune.spec import SpecError, TuneSpec
 from autotune.status import TrialStatus
@@ -24,7 +33,7 @@ from autotune.study import Measurement, Workplan, measure
 from autotune.study._confirm import Confirmer
 from autotune.study._measure import load_measurement
 from autotune.study._remeasure import remeasure_on
-from autotune.study._speed import HostSpeed, followed, probes_speed, weight
+from autotune.study._speed import HostSpeed, followed, probes_speed
 
 
 def reading(speed: float) -> SpeedReading:
@@ -162,6 +171,33 @@ def test_a_probed_study_is_not_fitted_for_drift_on_top() -> None:
     assert seen[16].speed == pytest.approx(0.85)
     unprobed = [t.model_copy(update={"engine": {}}) for t in trials]
     assert study_drift(unprobed) is not None  # without a probe the repeats are fitted
+
+
+def closed(number: int, value: float, read: float, told: float) -> TrialRecord:
+    """A closed-loop run (no rate sent) whose probe read `read` against a reference of 100
+    and was told `told` at the time (its weight then)."""
+    facts = {"reading": read, "reference": 100.0, "speed": told, "scales": True}
+    return run(number, number, value, 0.0, None).model_copy(update={"engine": {SPEED: facts}})
+
+
+def test_a_closed_loop_run_probed_before_the_host_was_seen_to_move_is_corrected_later() -> None:
+    # Trial 1 read 80 after a reference of 100: two readings alone are within the probe's
+    # own spread only up to ~5%, so it was told 1 (not corrected) at the time. Once the
+    # study's readings show the host moving, it is compared at the study's weight now.
+    early = [closed(0, 100.0, 100.0, 1.0), closed(1, 80.0, 80.0, 1.0)]
+    later = [*early, closed(2, 70.0, 70.0, 0.7), closed(3, 99.0, 99.0, 0.99)]
+    w = probe_weight(later)
+    assert w is not None and 0.95 < w < 1.0
+    seen = compared(later)
+    assert seen[1].speed == pytest.approx(0.8**w)
+    assert seen[1].metric("output_throughput") == pytest.approx(80.0 / 0.8**w)
+    # A steady study's readings weigh 0: nothing is moved.
+    steady = [closed(0, 100.0, 100.0, 1.0), closed(1, 98.0, 98.5, 1.0)]
+    assert probe_weight(steady) == 0.0 and compared(steady)[1].speed == 1.0
+    # A fixed-rate run keeps the speed its rate was sent at: its load cannot be re-sent.
+    sent = later[1].model_copy(update={"engine": {SPEED: {**later[1].engine[SPEED], "rate": 5.0}}})
+    assert probed_speed(sent, w) == 1.0
+    assert probe_weight([run(0, 8, 1.0, 0.0, None)]) is None  # no reading, no weight
 
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny", args={"max_num_seqs": 4})
