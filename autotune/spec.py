@@ -189,7 +189,7 @@ class TuneSpec(BaseModel):
         default="auto",
         description="Time a fixed piece of work on a trial's devices before its benchmark and "
         "compare trials as at the study's first reading, a fixed rate sent at rate x speed "
-        "(autotune.study._speed); auto: on in a CPU space with vLLM's own server command",
+        "(autotune.study._speed); auto: on with vLLM's own server command in a server scenario",
     )
     seed: int = 0
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")

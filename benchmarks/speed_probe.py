@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.bench import LoadProfile, build_requests, parse_workload
+from autotune.drift import weight
 from autotune.engine import EngineConfig, LaunchSettings
 from autotune.study import Workplan, measure
 from autotune.study._speed import HostSpeed
@@ -78,7 +79,10 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if len(usable) < 3:
             continue
         s = [math.log(r["reading"]) for r in usable]  # the probe's own, unweighted
-        tuned = [math.log(r["speed"]) for r in usable]  # as the tuner counts it (weighted)
+        # As the tuner compares a closed-loop run: at the weight of every reading (a common
+        # offset, the reference, does not move a spread).
+        w = weight(s)
+        tuned = [w * x for x in s]
         t = [math.log(r["output_throughput"]) for r in usable]
         e = [-math.log(r["engine_mean_tpot_ms"]) for r in usable if r["engine_mean_tpot_ms"]]
         corrected = [a - b for a, b in zip(t, s, strict=True)]
@@ -93,6 +97,7 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "sd_log_corrected": round(statistics.pstdev(corrected), 3),
             "sd_log_tuner": round(statistics.pstdev(by_tuner), 3),
             "sd_log_probe": round(statistics.pstdev(s), 3),
+            "weight": round(w, 3),
         }
     return out
 

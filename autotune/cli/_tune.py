@@ -147,8 +147,8 @@ def tune(
         str | None,
         typer.Option(
             help="auto | on | off: time a fixed piece of work on a trial's devices before its "
-            "benchmark, and compare trials as at the study's first reading (auto: on in a "
-            "CPU space with vLLM's own server command)",
+            "benchmark, and compare trials as at the study's first reading (auto: on with "
+            "vLLM's own server command, on every platform)",
             show_default=_spec("speed_probe"),
         ),
     ] = None,

@@ -131,7 +131,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         warmup, requests = build_requests(spec.workload, spec.model)
     except WorkloadError as exc:
         raise SpecError(f"workload: {exc}") from None
-    probing = probes_speed(spec, space.platform)
+    probing = probes_speed(spec)
     speed = HostSpeed(space.platform, spec.engine.cores) if probing else None
     plan = Workplan(
         warmup,

@@ -105,16 +105,15 @@ def followed(profile: LoadProfile, facts: Mapping[str, Any] | None) -> LoadProfi
     return profile.model_copy(update={"rate": float(rate)})
 
 
-def probes_speed(spec: TuneSpec, platform: str) -> bool:
-    """Whether trials read the host's speed first: `speed_probe` on, or auto on a CPU space
-    (`platform`) with vLLM's own server command (a custom one may be a stand-in whose speed is
-    not the devices') in a server scenario (an offline batch is not probed). Not auto on a GPU
-    or NPU: a dedicated device's speed hardly moves, and a probe's own spread then costs more
-    than it saves (benchmarks/sim, docs/benchmarks.md). Raises SpecError for a probe asked of
-    an offline study."""
+def probes_speed(spec: TuneSpec) -> bool:
+    """Whether trials read the host's speed first: `speed_probe` on, or auto with vLLM's own
+    server command (a custom one may be a stand-in whose speed is not the devices') in a
+    server scenario (an offline batch is not probed), on every platform: with the readings
+    weighed (`weight`), a host whose speed does not move is not corrected, so in
+    benchmarks/sim the probe costs a steady host nothing and meets the targets on a moving
+    one (docs/benchmarks.md). Raises SpecError for a probe asked of an offline study."""
     if spec.speed_probe == "on" and spec.scenario == "offline":
         raise SpecError("--speed-probe on: an offline batch is not probed (a server scenario is)")
     if spec.speed_probe != "auto":
         return spec.speed_probe == "on"
-    own_server = spec.engine.command == DEFAULT_COMMAND and spec.scenario != "offline"
-    return own_server and platform == "cpu"
+    return spec.engine.command == DEFAULT_COMMAND and spec.scenario != "offline"
