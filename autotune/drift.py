@@ -33,8 +33,10 @@ drift estimate and the values are the measured ones.
 Where a trial read the host's speed before its benchmark (`engine["speed"]`, the speed probe of
 autotune.study._speed; a fixed-rate run was then sent at rate * speed), `compared` scales it by
 that reading instead, and no drift is fitted (`study_drift`): the probe sees each run's own
-level, which repeats cannot (a fit on top of it changed nothing in benchmarks/sim). Pure
-functions over stored trials.
+level, which repeats cannot (a fit on top of it changed nothing in benchmarks/sim). A
+reading counts only as far as the study's readings say the host moves (`weight`: 0 while
+their spread is the probe's own), a closed-loop run at the study's weight now
+(`probe_weight`). Pure functions over stored trials.
 """
 
 from __future__ import annotations

@@ -18,7 +18,10 @@ landscape from 6 trials to 98% of the optimum to 12). So the ratio counts only a
 study's readings say the host moves (`weight`, empirical Bayes): while their spread is within
 what the probe alone gives (a chi-square test at 95%) the speed is 1 and nothing is moved or
 scaled; once the host is seen to move, `s = ratio ** w` with `w = 1 - PROBE_SPREAD**2 / their
-variance`, near 1 for a host that moves by much more than the probe's spread.
+variance`, near 1 for a host that moves by much more than the probe's spread. A fixed rate
+is sent at the speed of the weight then; a closed-loop run is compared at the study's weight
+now (`autotune.drift.probed_speed`), so a run probed before the host was seen to move is
+corrected once it is.
 
 What a trial records (`engine["speed"]`, `HostSpeed.facts`) is the raw reading, the reference,
 the weight, the speed and the rate it sent; the measured metrics stay as measured. A probed
