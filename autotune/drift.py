@@ -207,7 +207,7 @@ def positive(value: object) -> TypeGuard[float]:
 def probe_weight(trials: Sequence[TrialRecord]) -> float | None:
     """`weight` over the probe readings of every trial of `trials` that has one (None: no
     trial has): how far the study's readings, all of them so far, say its host moves."""
-    logs = [math.log(r) for t in trials if positive(r := _facts(t.engine).get("reading"))]
+    logs = [math.log(r) for t in trials if positive(r := speed_facts(t.engine).get("reading"))]
     return weight(logs) if logs else None
 
 
@@ -217,7 +217,7 @@ def probed_speed(trial: TrialRecord, study_weight: float | None = None) -> float
     rate was sent by the reading) is re-weighted by `study_weight` where given (the study's
     `probe_weight` now: a run probed before the host was seen to move is corrected once it
     is); a fixed-rate run keeps the speed its rate was sent at."""
-    facts = _facts(trial.engine)
+    facts = speed_facts(trial.engine)
     reading, reference = facts.get("reading"), facts.get("reference")
     if (
         study_weight is not None
@@ -230,18 +230,17 @@ def probed_speed(trial: TrialRecord, study_weight: float | None = None) -> float
     return engine_speed(trial.engine)
 
 
-def _facts(engine: Mapping[str, Any]) -> Mapping[str, Any]:
+def speed_facts(engine: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A run's speed-probe facts (`engine[SPEED]`, autotune.study._speed); {} where it has none."""
     facts = engine.get(SPEED)
     return facts if isinstance(facts, dict) else {}
 
 
 def engine_speed(engine: Mapping[str, Any]) -> float | None:
     """`probed_speed` from a run's engine facts (a trial's, or a confirm run's)."""
-    facts = engine.get(SPEED)
-    if not isinstance(facts, dict) or not facts.get("scales"):
-        return None
+    facts = speed_facts(engine)
     speed = facts.get("speed")
-    return float(speed) if isinstance(speed, int | float) and positive(speed) else None
+    return float(speed) if facts.get("scales") and positive(speed) else None
 
 
 def at_probe(trial: TrialRecord, study_weight: float | None = None) -> TrialRecord:
@@ -251,6 +250,12 @@ def at_probe(trial: TrialRecord, study_weight: float | None = None) -> TrialReco
     if speed is None or not trial.measured:
         return trial
     return _at_speed(trial, speed)
+
+
+def at_probes(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """Every trial `at_probe`, a closed-loop run at the study's `probe_weight` now."""
+    study_weight = probe_weight(trials)
+    return [at_probe(t, study_weight) for t in trials]
 
 
 def at_start(trial: TrialRecord, drift: Drift | None) -> TrialRecord:
@@ -276,8 +281,7 @@ def compared(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
     counts them), the others as they are. In the order of `trials`. Probed trials are
     scaled by their probe's speed, and then no drift is fitted."""
     drift = study_drift(trials)
-    study_weight = probe_weight(trials)
-    trials = [at_probe(t, study_weight) for t in trials]
+    trials = at_probes(trials)
     groups: dict[str, list[TrialRecord]] = {}
     for t in trials:
         if t.measured:

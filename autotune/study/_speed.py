@@ -39,7 +39,7 @@ from typing import Any
 
 from autotune.bench import LoadProfile
 from autotune.devices import SpeedReading, read_speed
-from autotune.drift import PROBE_SPREAD, SPEED, positive, weight
+from autotune.drift import PROBE_SPREAD, positive, speed_facts, weight
 from autotune.engine import DEFAULT_COMMAND, EngineConfig
 from autotune.spec import SpecError, TuneSpec
 
@@ -64,9 +64,7 @@ class HostSpeed:
             if self.reference is not None:
                 return
             for engine in engines:
-                facts = engine.get(SPEED)
-                if not isinstance(facts, dict):
-                    continue
+                facts = speed_facts(engine)
                 if self.reference is None and positive(facts.get("reference")):
                     self.reference = float(facts["reference"])
                 if positive(facts.get("reading")):

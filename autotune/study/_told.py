@@ -32,7 +32,7 @@ from optuna.study import Study
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.drift import Drift, at_probe, probe_weight, run_time, scaled, study_drift
+from autotune.drift import Drift, at_probes, run_time, scaled, study_drift
 from autotune.store import TrialRecord
 
 MIN_RATIO = 1e-3  # a measured latency of 0 (no request measured it) is told as 1/1000 of its bound
@@ -95,8 +95,7 @@ def view(study: Study, objectives: Sequence[str], slos: Sequence[str]) -> Study:
     trials = study.get_trials(deepcopy=False)
     records = [TrialRecord.from_frozen(t) for t in trials]
     drift = study_drift(records)
-    study_weight = probe_weight(records)
-    records = [at_probe(r, study_weight) for r in records]
+    records = at_probes(records)
     speeds = [_speed(r, drift) for r in records]
     if not slos and all(speed == 1.0 for speed in speeds):
         return study
