@@ -173,7 +173,7 @@ def _momentum(
         b = _to_unit(incumbent.params.get(name), dist)
         if a is None or b is None or abs(b - a) < 1e-9:
             continue
-        out[name] = _from_unit(min(1.0, max(0.0, b + (b - a))), dist)
+        out[name] = from_unit(min(1.0, max(0.0, b + (b - a))), dist)
     return out if out != incumbent.params else None
 
 
@@ -214,7 +214,7 @@ def _to_unit(value: Any, dist: BaseDistribution) -> float | None:
     return (float(value) - low) / (high - low)
 
 
-def _from_unit(u: float, dist: BaseDistribution) -> Any:
+def from_unit(u: float, dist: BaseDistribution) -> Any:
     """The value at share `u` of the range, on the distribution's step."""
     assert isinstance(dist, IntDistribution | FloatDistribution)
     low, high = float(dist.low), float(dist.high)
@@ -238,7 +238,7 @@ def _move(
     u = _to_unit(params.get(name), dist)
     if u is None:
         return None
-    value = _from_unit(min(1.0, max(0.0, u + sign * step)), dist)
+    value = from_unit(min(1.0, max(0.0, u + sign * step)), dist)
     if value == params.get(name):
         return None
     return {**params, name: value}
