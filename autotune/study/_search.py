@@ -8,7 +8,8 @@ the Pareto front of all of them is what `show`, `export` and the dashboard read.
 Samplers: `guided` (pattern search from the baseline along vLLM's memory-monotone knobs; see
 `_guided.py`), `tpe`, `gp` (Optuna's Gaussian-process sampler, constraints included; needs
 torch and scipy), `random`, `nsga2`; `auto` is the default of the search: `gp` for goal,
-`tpe` for pareto (see docs/benchmarks.md for the figures that chose it).
+`tpe` for pareto (see docs/benchmarks.md for the figures that chose it). The GP's first
+proposals after the baseline are a Latin hypercube (`_design`), not random draws.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from autotune.study._told import ToldSampler
 logger = logging.getLogger(__name__)
 
 # Chosen by benchmarks/search_efficiency.py --landscape (docs/benchmarks.md): on the simulated
-# throughput landscape, Optuna's GP sampler with constraints reached 98% of the optimum in a
-# median 8 trials, TPE on the one objective in 16, TPE over every objective in 20.
+# throughput landscape without noise, Optuna's GP sampler with constraints reached 98% of the
+# optimum in a median 8 trials, TPE on the one objective in 16, TPE over every objective in 20.
 DEFAULT_SAMPLER = {"goal": "gp", "pareto": "tpe"}
 GP_STARTUP = 4  # completed trials (the baseline and the design's) before the GP proposes
 
