@@ -83,9 +83,9 @@ def _base_sampler(spec: TuneSpec, space: SearchSpace, seed: int) -> optuna.sampl
     if name == "gp":
         # Its first proposals after the baseline (one of its GP_STARTUP) are a Latin
         # hypercube (`_design`), not random draws: in benchmarks/sim it took 98% of the
-        # throughput landscape's optimum from 9 trials to 7, and the SLO landscape's 95%
-        # from 9 to 7 (docs/benchmarks.md). One design per study (spec.seed): a resumed
-        # study or a joining worker, seeded apart for its own draws, goes on with it.
+        # throughput landscape's optimum under noise from 9 trials to 7 (docs/benchmarks.md).
+        # One design per study (spec.seed): a resumed study or a joining worker, seeded
+        # apart for its own draws, goes on with it.
         opening = LatinStart(GP_STARTUP - 1, seed=spec.seed, random_seed=seed)
         return optuna.samplers.GPSampler(
             seed=seed, n_startup_trials=GP_STARTUP, independent_sampler=opening
