@@ -50,7 +50,11 @@ def test_a_cli_study_on_the_simulated_engine_is_scored_by_the_truth(tmp_path: Pa
     trial launched a server, its measured throughput follows the truth at the time scale,
     and the replay's last choice is what export deployed."""
     truth = Truth(LLAMA)
-    scale = 0.05
+    # The benchmark's own time scale: at 0.05 a near-best config's 9,100 simulated tok/s is
+    # 182,000 streamed tok/s of wall time, more than a 2-core host's client keeps up with
+    # beside the server (the GP's Latin opening proposes one as trial 1: measured 0.79-0.87
+    # of the truth over the three trials, a test run beside them); at 0.1, 0.89-0.93.
+    scale = 0.1
     run = run_cli(LLAMA, METHODS["gp"], 0, 3, truth, tmp_path, scale=scale)
     assert len(run.steps) == 3  # one step per launched trial
     study = f"{LLAMA.name}-gp-0"
