@@ -169,8 +169,8 @@ def _momentum(
         return None
     out = dict(incumbent.params)
     for name, dist in distributions.items():
-        a = _to_unit(previous.params.get(name), dist)
-        b = _to_unit(incumbent.params.get(name), dist)
+        a = to_unit(previous.params.get(name), dist)
+        b = to_unit(incumbent.params.get(name), dist)
         if a is None or b is None or abs(b - a) < 1e-9:
             continue
         out[name] = from_unit(min(1.0, max(0.0, b + (b - a))), dist)
@@ -202,7 +202,7 @@ def _key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
-def _to_unit(value: Any, dist: BaseDistribution) -> float | None:
+def to_unit(value: Any, dist: BaseDistribution) -> float | None:
     """A numeric value as a share of its (log) range."""
     if not isinstance(dist, IntDistribution | FloatDistribution) or value is None:
         return None
@@ -235,7 +235,7 @@ def _move(
     params: Mapping[str, Any], name: str, dist: BaseDistribution, sign: int, step: float
 ) -> dict[str, Any] | None:
     """`params` with `name` moved by `step` of its range in direction `sign` (None: no move)."""
-    u = _to_unit(params.get(name), dist)
+    u = to_unit(params.get(name), dist)
     if u is None:
         return None
     value = from_unit(min(1.0, max(0.0, u + sign * step)), dist)
@@ -256,7 +256,7 @@ def _beyond(
     if any(failed.get(k) != v for k, v in start.items() if k != name):
         return False
     dist = distributions[name]
-    a, b, f = (_to_unit(p.get(name), dist) for p in (start, moved, failed))
+    a, b, f = (to_unit(p.get(name), dist) for p in (start, moved, failed))
     if a is None or b is None or f is None:
         return failed.get(name) == moved.get(name)
     return (b - a) * (f - a) > 0 and abs(f - a) <= abs(b - a) + 1e-9

@@ -9,7 +9,8 @@ Samplers: `guided` (pattern search from the baseline along vLLM's memory-monoton
 `_guided.py`), `tpe`, `gp` (Optuna's Gaussian-process sampler, constraints included; needs
 torch and scipy), `random`, `nsga2`; `auto` is the default of the search: `gp` for goal,
 `tpe` for pareto (see docs/benchmarks.md for the figures that chose it). The GP's first
-proposals after the baseline are a Latin hypercube (`_design`), not random draws.
+proposals after the baseline are a Latin hypercube (`_design`), not random draws; under two
+SLOs or more, configs that miss different ones are bisected before the GP proposes (`_bracket`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import optuna
 from autotune.bench import RATES
 from autotune.space import SearchSpace, memory_order
 from autotune.spec import Objective, TuneSpec
+from autotune.study._bracket import BracketSampler
 from autotune.study._design import LatinStart
 from autotune.study._guided import GuidedSampler
 from autotune.study._remeasure import remeasure_on
@@ -68,6 +70,10 @@ def make_sampler(
     if isinstance(sampler, optuna.samplers.RandomSampler):
         return sampler  # it reads nothing of the study
     slos = [*spec.slos, *pending(spec)]  # a relative SLO is a constraint once fixed
+    if isinstance(sampler, optuna.samplers.GPSampler) and spec.search == "goal" and len(slos) > 1:
+        # Between two SLOs the GP proposes the corners, never the strip where both hold; a
+        # bracket's midpoint first (`_bracket`).
+        sampler = BracketSampler(sampler, slos, after=GP_STARTUP)
     if not remeasure_on(spec, probing) and not slos and not probing:
         return sampler  # without repeats, probes and SLOs it would be told the stored values
     # Told the values as at the study's start, SLO constraints on a log scale (see `_told`).
