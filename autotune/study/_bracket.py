@@ -17,16 +17,18 @@ bounds or the bracket is shorter than `MIN_WIDTH`. Where a group's configs all m
 SLO (no bracket yet), it proposes, once per group, the config opposite the nearest miss (every
 numeric parameter's share of its range u taken to 1 - u): the far side of the trade-off, which
 a model fitted to one side predicts to miss as well and so proposes late. An opposite that
-fails to start (it takes more memory: an OOM) brackets with the misses too: the memory
-boundary and the strip both lie between them. It brackets only
-while no config with those categorical values meets every SLO: once one does, the base sampler
-refines from there. Otherwise (no bracket, every midpoint tried) the base sampler proposes.
-A proposal of its own is marked (`MARK`: `midpoint` or `opposite`) on the trial.
+fails to start (it takes more memory: an OOM) brackets with the one-sided misses while the
+group has no pair of different misses open: the memory boundary and the strip lie between.
+It brackets only while no config with those categorical values meets every SLO: once one
+does, the base sampler refines from there. Otherwise (no bracket, every midpoint tried) the
+base sampler proposes. A proposal of its own is marked (`MARK`: `midpoint` or `opposite`) on
+the trial.
 
 Stateless: brackets are read from the study's trials (what the sampler is told: wrapped in
 `autotune.study._told.ToldSampler`, a constraint's sign is as at the study's start), so it
 works the same on resume, with several lanes and with several workers. A running trial counts
-as tried. Configs without a measurement (OOM, a crash, a predicted failure) bracket nothing.
+as tried. Configs without a measurement (OOM, a crash, a predicted failure) bracket nothing,
+but for a failed opposite (above).
 """
 
 from __future__ import annotations
@@ -138,22 +140,43 @@ def next_proposal(
 def _narrowest_midpoint(
     groups: Sequence[list[_Point]], space: Mapping[str, BaseDistribution]
 ) -> dict[str, Any] | None:
+    """The midpoint of the narrowest bracket: of two configs that miss different SLOs, or
+    (where a group has no such pair open) of a failed opposite and a miss of one SLO."""
     best: tuple[float, dict[str, Any]] | None = None
     for group in groups:
-        ends = [p for p in group if p.missed is not None or (p.failed and p.mark == OPPOSITE)]
-        for a, b in itertools.combinations(ends, 2):
-            if a.missed is None and b.missed is None:
-                continue
-            if a.missed is not None and b.missed is not None and a.missed & b.missed:
-                continue  # both miss one bound: no strip between them is implied
-            width = _width(a.params, b.params, space)
-            if width < MIN_WIDTH or (best is not None and width >= best[0]):
-                continue
-            mid = _midpoint(a.params, b.params, space)
-            if mid is None or any(_near(p.params, mid, width, space) for p in group):
-                continue
-            best = (width, mid)
+        measured = [p for p in group if p.missed]
+        pairs = [(a, b) for a, b in itertools.combinations(measured, 2) if _apart(a, b)]
+        mid = _narrowest(pairs, group, space)
+        if mid is None:  # the opposite failed: the boundary lies between it and a one-sided miss
+            failed = [p for p in group if p.failed and p.mark == OPPOSITE]
+            one_sided = [p for p in measured if p.missed and len(p.missed) == 1]
+            mid = _narrowest([(a, b) for a in one_sided for b in failed], group, space)
+        if mid is not None and (best is None or mid[0] < best[0]):
+            best = mid
     return None if best is None else best[1]
+
+
+def _apart(a: _Point, b: _Point) -> bool:
+    """Each misses an SLO the other meets (both missing one says nothing of a strip)."""
+    return bool(a.missed and b.missed and not a.missed & b.missed)
+
+
+def _narrowest(
+    pairs: Sequence[tuple[_Point, _Point]],
+    group: Sequence[_Point],
+    space: Mapping[str, BaseDistribution],
+) -> tuple[float, dict[str, Any]] | None:
+    """(width, midpoint) of the narrowest pair whose midpoint no tried config bisects yet."""
+    best: tuple[float, dict[str, Any]] | None = None
+    for a, b in pairs:
+        width = _width(a.params, b.params, space)
+        if width < MIN_WIDTH or (best is not None and width >= best[0]):
+            continue
+        mid = _midpoint(a.params, b.params, space)
+        if mid is None or any(_near(p.params, mid, width, space) for p in group):
+            continue
+        best = (width, mid)
+    return best
 
 
 def _first_opposite(

@@ -101,6 +101,12 @@ def test_an_opposite_that_fails_to_start_brackets_with_the_miss() -> None:
     study.tell(study.trials[-1].number, 0.0)  # no measurement: no SLO constraints
     params, mark = proposed(study)
     assert (mark, params) == (MIDPOINT, config(64, 2896, 0.89))
+    midpoint = study.trials[-1]  # it misses TPOT: a bracket of two misses, not toward the OOM
+    for name, value in {"failed": 0.0, **{n: 0.0 for n in SLOS}, **SLOW}.items():
+        study._storage.set_trial_system_attr(midpoint._trial_id, f"constraints:{name}", value)
+    study.tell(midpoint.number, 0.0)
+    params, mark = proposed(study)
+    assert (mark, params["max_num_seqs"]) == (MIDPOINT, 23)  # sqrt(8 * 64)
 
 
 def test_once_a_config_meets_both_slos_the_base_sampler_refines() -> None:
