@@ -46,6 +46,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.study._guided import from_unit, to_unit
 from autotune.study._objectives import FAILED
+from autotune.study._wrapped import WrappedSampler
 
 MIN_WIDTH = 1 / 32  # a bracket narrower than this (largest share of a range) is not bisected
 NEAR = 0.25  # a tried config within this share of a bracket's width of its midpoint bisects it
@@ -62,12 +63,12 @@ class _Point:
     failed: bool = False  # ended without a measurement (OOM, a crash, predicted to fail)
 
 
-class BracketSampler(optuna.samplers.BaseSampler):
+class BracketSampler(WrappedSampler):
     """`base`, except that a bracket between configs missing different ones of `slos` is
     bisected first; from the `after`-th trial on (the base's own start before it)."""
 
     def __init__(self, base: optuna.samplers.BaseSampler, slos: Sequence[str], after: int) -> None:
-        self.base = base
+        super().__init__(base)
         self.slos = list(slos)
         self.after = after
 
@@ -91,30 +92,6 @@ class BracketSampler(optuna.samplers.BaseSampler):
                 return params
         base_space = self.base.infer_relative_search_space(study, trial)
         return self.base.sample_relative(study, trial, base_space)
-
-    def sample_independent(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        return self.base.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
-
-    def after_trial(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        state: TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
-        self.base.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.base.reseed_rng()
 
 
 def next_proposal(

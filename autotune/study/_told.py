@@ -34,11 +34,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.drift import Drift, at_probes, run_time, scaled, study_drift
 from autotune.store import TrialRecord
+from autotune.study._wrapped import WrappedSampler
 
 MIN_RATIO = 1e-3  # a measured latency of 0 (no request measured it) is told as 1/1000 of its bound
 
 
-class ToldSampler(optuna.samplers.BaseSampler):
+class ToldSampler(WrappedSampler):
     """`base`, told the study as `view` shows it: objective values (of `objectives`) and SLO
     constraints (of `slos`) as at the study's start, the SLOs' on a log scale."""
 
@@ -48,14 +49,9 @@ class ToldSampler(optuna.samplers.BaseSampler):
         objectives: Sequence[str],
         slos: Sequence[str] = (),
     ) -> None:
-        self.base = base
+        super().__init__(base)
         self.objectives = list(objectives)
         self.slos = list(slos)
-
-    def infer_relative_search_space(
-        self, study: Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        return self.base.infer_relative_search_space(study, trial)
 
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -73,21 +69,6 @@ class ToldSampler(optuna.samplers.BaseSampler):
     ) -> Any:
         told = view(study, self.objectives, self.slos)
         return self.base.sample_independent(told, trial, param_name, param_distribution)
-
-    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
-
-    def after_trial(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        state: TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
-        self.base.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.base.reseed_rng()
 
 
 def view(study: Study, objectives: Sequence[str], slos: Sequence[str]) -> Study:
