@@ -15,6 +15,7 @@ from autotune.spec import TuneSpec
 from autotune.store import StudyStore
 from autotune.study import Harness, Measurement, StudyRunner, make_sampler
 from autotune.study._bracket import MARK, MIDPOINT, OPPOSITE, BracketSampler
+from autotune.study._speed import HostSpeed
 from autotune.study._told import ToldSampler
 from study.test_runner import FakeMeasure
 
@@ -150,17 +151,22 @@ def test_bisection_finds_a_narrow_strip_that_the_corners_miss() -> None:
     assert math.log(50) <= math.log(seqs) <= math.log(80)
 
 
-def test_the_default_gp_brackets_under_two_slos_only(make_spec: Callable[..., TuneSpec]) -> None:
+def test_the_default_gp_brackets_under_two_slos_on_a_probed_study_only(
+    make_spec: Callable[..., TuneSpec],
+) -> None:
     space = load_space("cpu-quick")
     two = make_spec(search="goal", sampler="auto", slos={"p99_ttft_ms": 500, "p99_tpot_ms": 50})
-    told = make_sampler(two, space)
+    told = make_sampler(two, space, probing=True)
     assert isinstance(told, ToldSampler) and isinstance(told.base, BracketSampler)
     assert isinstance(told.base.base, optuna.samplers.GPSampler)
+    unprobed = make_sampler(two, space, probing=False)  # a miss may be the host's: no bracket
+    assert isinstance(unprobed, ToldSampler)
+    assert isinstance(unprobed.base, optuna.samplers.GPSampler)
     one = make_spec(search="goal", sampler="auto", slos={"p99_ttft_ms": 500})
-    told = make_sampler(one, space)
+    told = make_sampler(one, space, probing=True)
     assert isinstance(told, ToldSampler) and isinstance(told.base, optuna.samplers.GPSampler)
     tpe = make_spec(search="goal", sampler="tpe", slos={"p99_ttft_ms": 500, "p99_tpot_ms": 50})
-    assert not isinstance(make_sampler(tpe, space).base, BracketSampler)  # type: ignore[attr-defined]
+    assert not isinstance(make_sampler(tpe, space, probing=True).base, BracketSampler)  # type: ignore[attr-defined]
 
 
 def test_a_default_study_under_two_slos_bisects_between_its_misses(
@@ -168,7 +174,7 @@ def test_a_default_study_under_two_slos_bisects_between_its_misses(
     space: SearchSpace,
     summary_of: Callable[..., Summary],
 ) -> None:
-    """`autotune tune`'s default search (goal, GP) on an engine whose TTFT queues below 16
+    """`autotune tune`'s default search (goal, GP, probed) on an engine whose TTFT queues below 16
     sequences and whose TPOT is too long above 48: a marked midpoint lies, in max_num_seqs'
     log scale, halfway between two configs that missed different SLOs, and the study ends with
     a config that meets both."""
@@ -186,7 +192,8 @@ def test_a_default_study_under_two_slos_bisects_between_its_misses(
             trials=9, search="goal", sampler="auto", seed=seed, study=f"s{seed}", slos=slos
         )
         measure = FakeMeasure(summary_of, script=engine)
-        StudyRunner(Harness(spec, space, measure), StudyStore(spec.storage_url)).run()
+        harness = Harness(spec, space, measure, speed=HostSpeed("cpu"))  # a probed study
+        StudyRunner(harness, StudyStore(spec.storage_url)).run()
         trials = optuna.load_study(study_name=spec.study, storage=spec.storage_url).trials
         marked = [t for t in trials if t.system_attrs.get(MARK) == MIDPOINT]
         assert marked, seed
