@@ -40,7 +40,6 @@ from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
-from optuna.search_space import intersection_search_space
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
@@ -72,26 +71,19 @@ class BracketSampler(WrappedSampler):
         self.slos = list(slos)
         self.after = after
 
-    def infer_relative_search_space(
-        self, study: Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        """The parameters every completed trial has (what a bracket moves), and the base's."""
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        own = intersection_search_space(done)
-        return {**own, **self.base.infer_relative_search_space(study, trial)}
-
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        trials = study.get_trials(deepcopy=False)
-        if search_space and sum(t.number < trial.number for t in trials) >= self.after:
+        """The base's search space (the GP's: every parameter the completed trials share) is
+        what a bracket moves."""
+        if search_space and trial.number >= self.after:
+            trials = study.get_trials(deepcopy=False)
             proposal = next_proposal(trials, search_space, self.slos, trial.number)
             if proposal is not None:
                 kind, params = proposal
                 study._storage.set_trial_system_attr(trial._trial_id, MARK, kind)
                 return params
-        base_space = self.base.infer_relative_search_space(study, trial)
-        return self.base.sample_relative(study, trial, base_space)
+        return self.base.sample_relative(study, trial, search_space)
 
 
 def next_proposal(
@@ -126,7 +118,7 @@ def _narrowest_midpoint(
         mid = _narrowest(pairs, group, space)
         if mid is None:  # the opposite failed: the boundary lies between it and a one-sided miss
             failed = [p for p in group if p.failed and p.mark == OPPOSITE]
-            one_sided = [p for p in measured if p.missed and len(p.missed) == 1]
+            one_sided = [p for p in measured if len(p.missed or ()) == 1]
             mid = _narrowest([(a, b) for a in one_sided for b in failed], group, space)
         if mid is not None and (best is None or mid[0] < best[0]):
             best = mid
@@ -159,8 +151,8 @@ def _narrowest(
 def _first_opposite(
     groups: Sequence[list[_Point]], space: Mapping[str, BaseDistribution]
 ) -> dict[str, Any] | None:
-    """The opposite of the nearest one-sided miss, in the group whose miss is nearest; a group
-    is opposed once (a second one-sided miss there says the strip is not across it)."""
+    """The opposite of the nearest one-sided miss, in the group whose miss is nearest; once a
+    group (a trial marked OPPOSITE there, whatever it measured)."""
     best: tuple[float, dict[str, Any]] | None = None
     for group in groups:
         if any(p.mark == OPPOSITE for p in group):
