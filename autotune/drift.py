@@ -1,42 +1,40 @@
-"""A host whose speed drifts during a study: what re-measured configs say about it, and trials
-compared as if all had run at the study's start.
+"""A host whose speed drifts during a study: what re-measured configs (controls) say about it,
+and trials compared as if all had run at the study's start, only where the controls show that
+this makes repeated runs agree better.
 
-A shared host's speed drifts (this project's 2-core host: up to 26% over half an hour), so a
-config measured late looks worse than one of the same truth measured early, and a study's
-best measured trial stops being its best config. A config measured more than once (the
-search re-measures its incumbent, see autotune.study._remeasure) tells the drift apart from
-the configs: in log space every run is its config's level plus the host's drift at its time,
+The engine is the measure of its host. A shared host's speed drifts (this project's 2-core
+host: up to 26% over half an hour), so a config measured late can look worse than one of the
+same truth measured early. A config measured more than once (the search re-measures its
+incumbent, autotune.study._remeasure) tells the drift apart from the configs: in log space
+every run is its config's level plus the host's drift at its time,
 
     log(output_throughput_i) = level[config_i] + g(t_i) + noise,
 
 with g piecewise linear in time: 0 at the first run, one knot at the time of every run that
-repeats a config (where the drift is observed), flat after the last one. `fit_drift` solves
-that by least squares (a small ridge on the knots keeps few repeats stable). A polynomial
-(`a1*s + a2*s^2`) was used first: a study longer than the host's swing (down and back up
-within an hour on this project's host) bent it the wrong way after the last anchor: in a
-traced seed of benchmarks/sim it put the host 20% slower there than it was, and export
-judged configs that miss their TPOT bound feasible (docs/benchmarks.md).
+repeats a config (where the drift is observed), flat after the last one. The fit is least
+squares (a small ridge on the knots keeps few repeats stable).
+
+A fit always explains the runs it was fitted on; whether it corrects anything is a question
+for runs it has not seen. So the correction's strength `s` (`speed = exp(s * g)`) is fitted
+from held-out controls: each repeated run is left out in turn, the drift is fitted on the
+rest, and its prediction of the held-out run's offset from its config's other runs is
+regressed on what the run measured. `s` is that slope, clipped to [0, 1], and 0 unless the
+held-out runs show it (at least `MIN_HELD_OUT` of them, the slope `T_CRITICAL` standard errors
+above 0). With one repeat nothing is held out, and the values stay as measured: noise is
+never added where the study's own data does not show drift. (A speed probe timed before each
+benchmark was used until stop 29; on the real engine beside other work it widened one
+config's repeated throughput spread from 0.138 to 0.252 (sd of log; probe and engine
+correlated at 0.48), and it was removed: docs/benchmarks.md, "Verdicts".)
+
 Under a fixed arrival rate the throughput is the offered rate until the host saturates, so
-there the fit reads no drift and the values stay as measured. That is the safe side: a run
-at speed s under rate r behaves as the host at full speed under rate r/s (every step 1/s as
-long is the same schedule on a clock s times as slow), so its measured latencies are at
-least the config's at full speed under a higher load than the user's: never better than the
-truth. The median TPOT, inverted, was
-measured as the signal too (benchmarks/sim, SLO landscape, 10 seeds: 3/10 seeds at 95%
-within 15 trials against 4/10): near saturation it over-states a slowdown (10% slower steps,
-39% longer p50 TPOT: the batches grow), and latencies corrected by it come out below the
-config's at the user's load: an infeasible config can look feasible.
+there the fit reads no drift and the values stay as measured: a run at speed s under rate r
+behaves as the host at full speed under rate r/s, so its measured latencies are never better
+than the truth.
+
 `compared` scales every measured trial to the host's speed at the study's start (rates /
 speed, latencies * speed, SLO constraints with them) and merges the runs of one config into
-one record (mean metrics): what selection and the sampler compare. Without a repeat there is no
-drift estimate and the values are the measured ones.
-Where a trial read the host's speed before its benchmark (`engine["speed"]`, the speed probe of
-autotune.study._speed; a fixed-rate run was then sent at rate * speed), `compared` scales it by
-that reading instead, and no drift is fitted (`study_drift`): the probe sees each run's own
-level, which repeats cannot (a fit on top of it changed nothing in benchmarks/sim). A
-reading counts only as far as the study's readings say the host moves (`weight`: 0 while
-their spread is the probe's own), a closed-loop run at the study's weight now
-(`probe_weight`). Pure functions over stored trials.
+one record (mean metrics): what selection and the sampler compare. Pure functions over stored
+trials.
 """
 
 from __future__ import annotations
@@ -45,38 +43,17 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeGuard
+from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.stats import chi2
 
 from autotune.bench import PER_TOKEN_COSTS, RATES
 from autotune.store import TrialRecord
 
-SPEED = "speed"  # the key of a trial's engine facts with its speed probe (autotune.study._speed)
 RIDGE = 0.01  # on the knots' log speeds: small, it only keeps few repeats stable
 MAX_SPEED_RATIO = 2.0  # a fitted drift is clipped to within 2x either way
-
-# The probe's own spread (sd of the log of its reading) on a host whose speed does not move:
-# assumed, as benchmarks/sim reads the host's speed within it; not yet measured on its own
-# (benchmarks/speed_probe.py --hog-every 0 reports it as `sd_log_probe`).
-PROBE_SPREAD = 0.02
-SIGNIFICANCE = 0.95  # the readings' spread must exceed the probe's at this level to count
-
-
-def weight(logs: list[float], spread: float = PROBE_SPREAD) -> float:
-    """How much of the differences between the log readings `logs` is the host's (1) rather
-    than the probe's own `spread` (0): 0 while their sum of squares is within the chi-square
-    bound of the probe alone (fewer than 2 readings: 0), else `1 - spread**2 / variance`."""
-    n = len(logs)
-    if n < 2:
-        return 0.0
-    mean = math.fsum(logs) / n
-    squares = math.fsum((x - mean) ** 2 for x in logs)
-    if squares <= float(chi2.ppf(SIGNIFICANCE, n - 1)) * spread**2:
-        return 0.0
-    return 1.0 - (n - 1) * spread**2 / squares
+MIN_HELD_OUT = 3  # held-out repeated runs before a correction's strength can be fitted
+T_CRITICAL = 1.645  # the held-out slope must be this many standard errors above 0 (95%, one-sided)
 
 
 @dataclass(frozen=True)
@@ -87,10 +64,15 @@ class Drift:
     knots: tuple[float, ...]  # times (s) after t0 where the drift was observed, ascending
     logs: tuple[float, ...]  # log speed at each knot
     repeats: int  # runs beyond the first of their config: what the fit rests on
+    strength: float = 1.0  # how much of the fitted drift the held-out controls confirm
+
+    def log_speed(self, t: float) -> float:
+        """The fitted drift's log speed at `t`, before its strength."""
+        return float(np.interp(t - self.t0, (0.0, *self.knots), (0.0, *self.logs)))
 
     def speed(self, t: float) -> float:
-        g = float(np.interp(t - self.t0, (0.0, *self.knots), (0.0, *self.logs)))
         limit = math.log(MAX_SPEED_RATIO)
+        g = self.strength * self.log_speed(t)
         return math.exp(min(limit, max(-limit, g)))
 
     def extremes(self, t1: float) -> tuple[float, float]:
@@ -121,26 +103,28 @@ def config_key(trial: TrialRecord) -> str:
 
 
 def _runs(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """Measured trials with a time and a throughput: what the drift is fitted on."""
+    """Measured trials with a time and a throughput, in time order: what the drift is fitted on."""
     out = []
     for t in trials:
         value = t.metric("output_throughput")
         if t.measured and _time(t) is not None and math.isfinite(value) and value > 0:
             out.append(t)
-    return out
+    return sorted(out, key=lambda t: (_time(t) or 0.0, t.number))
 
 
 def study_drift(trials: Sequence[TrialRecord]) -> Drift | None:
-    """The drift fit that applies to `trials`: none where a measured run read its speed with
-    the probe (the probe replaces it), else `fit_drift`."""
-    if any(t.measured and probed_speed(t) is not None for t in trials):
+    """The drift that applies to `trials`: `fit_drift` at the strength its held-out controls
+    confirm; None where they confirm none (the values stay as measured)."""
+    drift = fit_drift(trials)
+    if drift is None:
         return None
-    return fit_drift(trials)
+    strength = held_out_strength(trials)
+    return replace(drift, strength=strength) if strength > 0 else None
 
 
 def fit_drift(trials: Sequence[TrialRecord]) -> Drift | None:
-    """The drift the study's repeated configs show; None without a repeat."""
-    runs = sorted(_runs(trials), key=lambda t: _time(t) or 0.0)
+    """The drift the study's repeated configs show, at full strength; None without a repeat."""
+    runs = _runs(trials)
     keys = sorted({config_key(t) for t in runs})
     repeats = len(runs) - len(keys)
     if repeats < 1:
@@ -171,6 +155,46 @@ def fit_drift(trials: Sequence[TrialRecord]) -> Drift | None:
     return Drift(t0, tuple(knots), logs, repeats)
 
 
+def held_out_strength(trials: Sequence[TrialRecord]) -> float:
+    """How much of the fitted drift held-out controls confirm, in [0, 1] (see the module's
+    text): each run of a config measured more than once is left out in turn, the drift fitted
+    on the others predicts its offset from its config's other runs (`d`), and the slope of
+    what it measured (`e`) on `d` is the strength. 0 with fewer than `MIN_HELD_OUT` held-out
+    runs, or a slope within `T_CRITICAL` standard errors of 0."""
+    runs = _runs(trials)
+    by_config: dict[str, list[TrialRecord]] = {}
+    for t in runs:
+        by_config.setdefault(config_key(t), []).append(t)
+    pairs: list[tuple[float, float]] = []
+    for group in by_config.values():
+        if len(group) < 2:
+            continue
+        for left in group:
+            others = [t for t in group if t is not left]
+            drift = fit_drift([t for t in runs if t is not left])
+            e = _log(left) - statistics.fmean(_log(t) for t in others)
+            d = 0.0
+            if drift is not None:
+                g = drift.log_speed(_time(left) or 0.0)
+                d = g - statistics.fmean(drift.log_speed(_time(t) or 0.0) for t in others)
+            pairs.append((e, d))
+    if len(pairs) < MIN_HELD_OUT:
+        return 0.0
+    dd = math.fsum(d * d for _, d in pairs)
+    if dd <= 0:
+        return 0.0
+    slope = math.fsum(e * d for e, d in pairs) / dd
+    residual = math.fsum((e - slope * d) ** 2 for e, d in pairs)
+    se = math.sqrt(residual / (len(pairs) - 1) / dd)
+    if slope <= 0 or (se > 0 and slope / se < T_CRITICAL):
+        return 0.0
+    return min(1.0, slope)
+
+
+def _log(trial: TrialRecord) -> float:
+    return math.log(trial.metric("output_throughput"))
+
+
 def _hats(at: float, knots: Sequence[float]) -> np.ndarray:
     """The weights of the knots' values in g(at), as `Drift.speed` interpolates them: linear
     between 0 (g = 0) and the knots, flat after the last."""
@@ -199,76 +223,12 @@ def _slower_is_more(name: str) -> bool:
     return name.endswith("_ms") or name in PER_TOKEN_COSTS
 
 
-def positive(value: object) -> TypeGuard[float]:
-    """A finite number above 0."""
-    return isinstance(value, int | float) and math.isfinite(value) and value > 0
-
-
-def probe_weight(trials: Sequence[TrialRecord]) -> float | None:
-    """`weight` over the probe readings of every trial of `trials` that has one (None: no
-    trial has): how far the study's readings, all of them so far, say its host moves."""
-    logs = [math.log(r) for t in trials if positive(r := speed_facts(t.engine).get("reading"))]
-    return weight(logs) if logs else None
-
-
-def probed_speed(trial: TrialRecord, study_weight: float | None = None) -> float | None:
-    """The speed the trial's probe read before its benchmark, where its metrics scale by it
-    (not a trace's runs: their arrivals were not moved); else None. A closed-loop run (no
-    rate was sent by the reading) is re-weighted by `study_weight` where given (the study's
-    `probe_weight` now: a run probed before the host was seen to move is corrected once it
-    is); a fixed-rate run keeps the speed its rate was sent at."""
-    facts = speed_facts(trial.engine)
-    reading, reference = facts.get("reading"), facts.get("reference")
-    if (
-        study_weight is not None
-        and facts.get("scales")
-        and "rate" not in facts
-        and positive(reading)
-        and positive(reference)
-    ):
-        return float((reading / reference) ** study_weight)
-    return engine_speed(trial.engine)
-
-
-def speed_facts(engine: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A run's speed-probe facts (`engine[SPEED]`, autotune.study._speed); {} where it has none."""
-    facts = engine.get(SPEED)
-    return facts if isinstance(facts, dict) else {}
-
-
-def engine_speed(engine: Mapping[str, Any]) -> float | None:
-    """`probed_speed` from a run's engine facts (a trial's, or a confirm run's)."""
-    facts = speed_facts(engine)
-    speed = facts.get("speed")
-    return float(speed) if facts.get("scales") and positive(speed) else None
-
-
-def at_probe(trial: TrialRecord, study_weight: float | None = None) -> TrialRecord:
-    """The trial's metrics and SLO constraints as at its probe's reference speed (re-weighted
-    by `study_weight`, see `probed_speed`)."""
-    speed = probed_speed(trial, study_weight)
-    if speed is None or not trial.measured:
-        return trial
-    return _at_speed(trial, speed)
-
-
-def at_probes(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """Every trial `at_probe`, a closed-loop run at the study's `probe_weight` now."""
-    study_weight = probe_weight(trials)
-    return [at_probe(t, study_weight) for t in trials]
-
-
 def at_start(trial: TrialRecord, drift: Drift | None) -> TrialRecord:
     """The trial's metrics and SLO constraints as at the study's start."""
     at = _time(trial)
     if drift is None or not trial.measured or at is None:
         return trial
-    return _at_speed(trial, drift.speed(at))
-
-
-def _at_speed(trial: TrialRecord, speed: float) -> TrialRecord:
-    """`trial` as at speed 1, measured at `speed` (the probe's or the fitted drift's: a
-    study has one or the other, `study_drift`)."""
+    speed = drift.speed(at)
     metrics = {k: scaled(k, v, speed) for k, v in trial.metrics.items()}
     constraints = {k: scaled_constraint(k, c, speed) for k, c in trial.constraints.items()}
     update = {"metrics": metrics, "constraints": constraints, "speed": speed}
@@ -276,12 +236,11 @@ def _at_speed(trial: TrialRecord, speed: float) -> TrialRecord:
 
 
 def compared(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """Every trial as selection compares it: measured ones as at the study's start, the runs
-    of one config merged into the first one's record (mean metrics and constraints; `runs`
-    counts them), the others as they are. In the order of `trials`. Probed trials are
-    scaled by their probe's speed, and then no drift is fitted."""
+    """Every trial as selection compares it: measured ones as at the study's start (where the
+    held-out controls confirm a drift, `study_drift`; else as measured), the runs of one config
+    merged into the first one's record (mean metrics and constraints; `runs` counts them), the
+    others as they are. In the order of `trials`."""
     drift = study_drift(trials)
-    trials = at_probes(trials)
     groups: dict[str, list[TrialRecord]] = {}
     for t in trials:
         if t.measured:

@@ -15,6 +15,7 @@ from autotune.host import hardware_line, serve_command
 from autotune.numbers import readable
 from autotune.selection import (
     CONFIRM_ATTR,
+    SelectionError,
     closest,
     confirmed_winner,
     describe_slos,
@@ -26,7 +27,7 @@ from autotune.selection import (
 )
 from autotune.store import TrialRecord
 
-CONFIRMED = "confirmed winner: median minus spread over alternating re-runs"
+CONFIRMED = "confirmed winner: alternating re-runs paired with the baseline"
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,15 @@ def choose_export(
     return chosen, how
 
 
+def default_choice(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> TrialRecord | None:
+    """The trial a plain `autotune export` writes (the confirmed winner, else the pick of the
+    front), as `show`, `studies` and the dashboard name it; None where export would refuse."""
+    try:
+        return choose_export(records, attrs)[0]
+    except SelectionError:
+        return None
+
+
 def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str) -> list[str]:
     """The comment header: where the config comes from and what it measured."""
     m = trial.metric
@@ -85,6 +95,7 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
     lines = [
         f"vllm-autotune: study {study!r}, trial {trial.number} ({how})",
         f"config: {trial.description}" if trial.description else "",
+        "BASELINE: vLLM's defaults as the study ran them" if trial.role == "baseline" else "",
         f"measured: {m('output_throughput'):,.0f} output tok/s, {m('request_throughput'):.2f} req/s"
         f", TTFT p50/p99 {m('p50_ttft_ms'):.1f}/{m('p99_ttft_ms'):.1f} ms"
         f", TPOT p50/p99 {m('p50_tpot_ms'):.2f}/{m('p99_tpot_ms'):.2f} ms"
@@ -114,16 +125,18 @@ def _confirmed_line(trial: TrialRecord, attrs: dict[str, Any]) -> str:
     confirm = attrs.get(CONFIRM_ATTR)
     if not isinstance(confirm, dict) or "finished" not in confirm:
         return ""
+    verdict = (confirm.get("gain") or {}).get("verdict", "?")
     mine = (confirm.get("candidates") or {}).get(str(trial.number))
     if not isinstance(mine, dict) or mine.get("median") is None:
-        return ""
+        # The baseline as the winner of a confirm step that had nothing else to run.
+        return f"confirmed: {verdict}" if confirm.get("winner") == trial.number else ""
     metric, rounds = confirm.get("metric", "?"), confirm.get("rounds", "?")
     line = (
         f"confirmed: {metric} median {readable(mine['median'])} "
         f"±{readable(mine.get('spread') or 0.0)} over {rounds} alternating rounds"
     )
     if confirm.get("winner") == trial.number:
-        line += f"; vs baseline: {(confirm.get('gain') or {}).get('verdict', '?')}"
+        line += f"; verdict: {(confirm.get('gain') or {}).get('verdict', '?')}"
     return line
 
 

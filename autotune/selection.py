@@ -163,6 +163,21 @@ def confirmed_winner(attrs: dict[str, Any]) -> int | None:
     return int(winner) if isinstance(winner, int) else None
 
 
+def confirm_slo_text(candidate: Mapping[str, Any]) -> str:
+    """A confirm candidate's SLOs on one line: each one's median `measured / bound` over
+    the rounds with its spread, `ok` or `MISS` (autotune.study._confirm); `-` without SLOs."""
+    slos = candidate.get("slos") or {}
+    parts = []
+    for name, s in slos.items():
+        median, spread = s.get("median"), s.get("spread")
+        if median is None:
+            parts.append(f"{name} -")
+            continue
+        wobble = f" ±{spread:.2f}" if spread else ""
+        parts.append(f"{name} {median:.2f}{wobble} {'ok' if s.get('holds') else 'MISS'}")
+    return ", ".join(parts) or "-"
+
+
 def describe_slos(attrs: Mapping[str, Any]) -> str:
     """The study's SLOs on one line: `p99_ttft_ms <= 2000, p99_tpot_ms <= 230 (baseline
     191.7 x 1.2)`; a relative one not fixed yet reads `<= baseline x 1.2`."""

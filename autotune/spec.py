@@ -125,10 +125,24 @@ class EngineSpec(BaseModel):
         return value
 
 
+# Removed settings a stored study may still name (the speed probe, removed in stop 30: on the
+# real engine it added noise; autotune.drift says what replaced it).
+RETIRED_FIELDS = ("speed_probe",)
+
+
 class TuneSpec(BaseModel):
     """A tuning study: model, workload, load, objectives, SLOs, search space, budget, storage."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        """Settings that studies stored before they were removed: read and dropped (a study
+        made with them is confirmed and joined as any other)."""
+        if isinstance(data, dict) and any(k in data for k in RETIRED_FIELDS):
+            data = {k: v for k, v in data.items() if k not in RETIRED_FIELDS}
+        return data
 
     study: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Study name")
     model: str = Field(description="Model path (or hub name where a hub is reachable)")
@@ -184,12 +198,6 @@ class TuneSpec(BaseModel):
         default="auto",
         description="Run the incumbent config again, so that a host whose speed drifts and a "
         "lucky run do not pick the winner (autotune.drift); auto: on for a goal search",
-    )
-    speed_probe: Literal["auto", "on", "off"] = Field(
-        default="auto",
-        description="Time a fixed piece of work on a trial's devices before its benchmark and "
-        "compare trials as at the study's first reading, a fixed rate sent at rate x speed "
-        "(autotune.study._speed); auto: on with vLLM's own server command in a server scenario",
     )
     seed: int = 0
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.bench import METRIC_NAMES
-from autotune.drift import probed_speed
+from autotune.drift import at_start, study_drift
+from autotune.export import default_choice
 from autotune.selection import pareto_front, study_objectives
 from autotune.status import FAILURE_KINDS
 from autotune.store import TrialRecord
@@ -50,9 +51,12 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def trial_row(t: TrialRecord, on_front: bool = False) -> dict[str, Any]:
+def trial_row(
+    t: TrialRecord, on_front: bool = False, host_speed: float | None = None
+) -> dict[str, Any]:
     """One trial as a JSON-ready dict: the COLUMNS, then `params`, `metrics` (every name of
-    METRIC_COLUMNS, None where not measured, then any other stored one) and `spread`."""
+    METRIC_COLUMNS, None where not measured, then any other stored one) and `spread`.
+    `host_speed`: the drift correction selection applies to it (None: as measured)."""
     metrics = {name: _finite(t.metrics.get(name)) for name in METRIC_COLUMNS}
     metrics.update({k: _finite(v) for k, v in t.metrics.items() if k not in metrics})
     return {
@@ -68,7 +72,7 @@ def trial_row(t: TrialRecord, on_front: bool = False) -> dict[str, Any]:
         "device_s": _finite(t.device_s),
         "host": t.worker.get("host"),
         "devices": t.worker.get("devices"),
-        "host_speed": probed_speed(t),
+        "host_speed": host_speed,
         "params": {k: _finite(v) for k, v in t.params.items()},
         "metrics": metrics,
         "spread": {k: _finite(v) for k, v in t.spread.items()},
@@ -79,7 +83,11 @@ def trial_rows(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> list[di
     """Every trial of a study as `trial_row` dicts, in trial order; `on_front` is membership
     of the feasible Pareto front of the study's objectives."""
     front = {t.number for t in pareto_front(records, study_objectives(attrs))}
-    return [trial_row(t, t.number in front) for t in sorted(records, key=lambda t: t.number)]
+    drift = study_drift(records)
+    return [
+        trial_row(t, t.number in front, at_start(t, drift).speed)
+        for t in sorted(records, key=lambda t: t.number)
+    ]
 
 
 def flat_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -104,8 +112,9 @@ def flat_row(row: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class StudySummary:
-    """A study in one line: how many trials were measured of how many, its best throughput
-    among the trials that meet every constraint, and when it was created."""
+    """A study in one line: how many trials were measured of how many, the throughput of the
+    trial `export` would write (the confirmed winner, else the front's pick), and when it was
+    created."""
 
     name: str
     measured: int
@@ -116,8 +125,7 @@ class StudySummary:
 
 
 def study_summary(name: str, records: Sequence[TrialRecord], attrs: dict[str, Any]) -> StudySummary:
-    feasible = [t for t in records if t.feasible and math.isfinite(t.metric("output_throughput"))]
-    best = max(feasible, key=lambda t: t.metric("output_throughput"), default=None)
+    best = default_choice(records, attrs)
     return StudySummary(
         name=name,
         measured=sum(t.measured for t in records),

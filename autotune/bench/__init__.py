@@ -28,6 +28,14 @@ from autotune.bench._metrics import (
     summarize,
     with_cost,
 )
+from autotune.bench._percentiles import (
+    MIN_ABOVE,
+    ThinPercentile,
+    min_requests,
+    percentile_support,
+    slo_percentile,
+    thin_percentiles,
+)
 from autotune.bench._records import RequestRecord, read_records, write_records
 from autotune.bench._requests import build_requests
 from autotune.bench._run import run_benchmark
@@ -52,6 +60,7 @@ __all__ = [
     "ENGINE_RATES",
     "LOAD_CLIENTS",
     "METRIC_NAMES",
+    "MIN_ABOVE",
     "OPTIONAL",
     "PER_TOKEN_COSTS",
     "RATES",
@@ -76,6 +85,7 @@ __all__ = [
     "Stats",
     "StreamError",
     "Summary",
+    "ThinPercentile",
     "TraceWorkload",
     "VllmBenchClient",
     "VllmBenchError",
@@ -86,14 +96,18 @@ __all__ = [
     "check_workload",
     "find_capacity",
     "median_summary",
+    "min_requests",
     "parse_counters",
     "parse_workload",
     "percentile",
+    "percentile_support",
     "rates",
     "read_records",
     "run_benchmark",
+    "slo_percentile",
     "spread",
     "summarize",
+    "thin_percentiles",
     "with_cost",
     "with_rates",
     "write_records",

@@ -17,6 +17,7 @@ from autotune.selection import (
     CONFIRM_ATTR,
     baseline,
     closest,
+    confirm_slo_text,
     confirmed_winner,
     describe_slos,
     miss_text,
@@ -146,8 +147,10 @@ def print_confirm(console: Console, attrs: dict[str, Any]) -> None:
         title=f"Confirm: {result.get('rounds')} alternating rounds, {metric} ({direction[:3]})",
         title_justify="left",
     )
-    for col in ("trial", "runs", "median", "spread", "conservative", "feasible"):
-        table.add_column(col, justify="right" if col != "runs" else "left")
+    for col in ("trial", "runs", "median", "spread", "conservative", "SLOs: measured / bound"):
+        table.add_column(
+            col, justify="left" if col in ("runs", "SLOs: measured / bound") else "right"
+        )
     base = result.get("baseline")
     winner = result.get("winner")
     for number, c in (result.get("candidates") or {}).items():
@@ -158,13 +161,14 @@ def print_confirm(console: Console, attrs: dict[str, Any]) -> None:
             value = c.get(key)
             return "-" if value is None else readable(value)
 
-        feasible = f"{c.get('feasible_rounds', 0)}/{len(c.get('values') or [])}"
-        row = (num("median"), num("spread"), num("conservative"), feasible)
+        row = (num("median"), num("spread"), num("conservative"), confirm_slo_text(c))
         table.add_row(f"{number}{mark}", runs, *row)
     console.print(table)
     gain = result.get("gain") or {}
     who = "none" if winner is None else f"trial {winner}"
-    console.print(f"confirmed winner (w): {who}; vs baseline (b): {gain.get('verdict', '?')}")
+    if winner is not None and str(winner) == str(base):
+        who += " (the baseline: your defaults)"
+    console.print(f"confirmed winner (w): {who}; verdict: {gain.get('verdict', '?')}")
 
 
 def _ratio(value: float, base: float | None) -> str:

@@ -11,12 +11,14 @@ from typing import Annotated, Any
 
 import typer
 
+from autotune.bench import thin_percentiles
 from autotune.cli._baseline import read_baseline, with_baseline
 from autotune.cli._common import (
     EXIT_INFEASIBLE,
     InputError,
     cli_errors,
     console,
+    err_console,
     open_store,
     open_tuning_store,
     parse_load_client,
@@ -143,15 +145,6 @@ def tune(
             show_default=_spec("remeasure"),
         ),
     ] = None,
-    speed_probe: Annotated[
-        str | None,
-        typer.Option(
-            help="auto | on | off: time a fixed piece of work on a trial's devices before its "
-            "benchmark, and compare trials as at the study's first reading (auto: on with "
-            "vLLM's own server command, on every platform)",
-            show_default=_spec("speed_probe"),
-        ),
-    ] = None,
     seed: Annotated[
         int | None, typer.Option(help="Sampler and workload seed", show_default=_spec("seed"))
     ] = None,
@@ -268,7 +261,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     for key in (
         *("search", "sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
         *("repeats", "prune", "confirm", "confirm_rounds", "scenario", "remeasure"),
-        *("device_cost_per_hour", "speed_probe"),
+        "device_cost_per_hour",
     ):
         if flags[key] is not None:
             out[key] = flags[key]
@@ -345,6 +338,8 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
         f"study [bold]{spec.study}[/]: {spec.trials} trials of space {harness.space.name!r} "
         f"on {spec.model}{at_once}; store {redact(spec.storage_url)}"
     )
+    for line in percentile_warnings(spec):
+        err_console.print(f"warning: {line}", soft_wrap=True, markup=False)
     runner = StudyRunner(harness, store, event_printer(console), join=join)
     with sigterm_as_interrupt():
         result = runner.run()
@@ -361,6 +356,21 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
             run_confirm(harness, store, spec.confirm, spec.confirm_rounds)
     if infeasible:
         raise typer.Exit(EXIT_INFEASIBLE)
+
+
+def percentile_warnings(spec: TuneSpec) -> list[str]:
+    """One line per SLO on a percentile that a run's requests are too few to measure
+    (`autotune.bench.thin_percentiles`; docs/metrics.md, Percentiles)."""
+    lines = []
+    for thin in thin_percentiles([*spec.slos, *spec.relative_slos], spec.workload.prompts):
+        few = round(thin.above)
+        rests = "about the largest of them" if few <= 1 else f"set by the largest {few} of them"
+        lines.append(
+            f"{thin.metric} over {thin.requests:,} requests is {rests} ({thin.above:.1f} samples "
+            f"above the p{thin.q:g}); an SLO on it needs >= {thin.needed:,} requests to be "
+            "stable (docs/metrics.md, Percentiles)"
+        )
+    return lines
 
 
 def run_confirm(harness: Harness, store: StudyStore, top: int, rounds: int) -> None:

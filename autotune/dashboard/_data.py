@@ -29,7 +29,7 @@ from autotune.dashboard._labels import (
     metric_label,
     outcome,
 )
-from autotune.export import choose_export, compact, render_export
+from autotune.export import choose_export, compact, default_choice, render_export
 from autotune.host import hardware_line
 from autotune.selection import (
     CONFIRM_ATTR,
@@ -181,9 +181,7 @@ def signature(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> str:
 def study_row(name: str, records: Sequence[TrialRecord], attrs: dict[str, Any]) -> StudyRow:
     metric, direction = study_objectives(attrs)[0]
     kinds = [outcome(t) for t in records]
-    feasible = [t for t in records if t.feasible and math.isfinite(t.metric(metric))]
-    better = max if direction == "maximize" else min
-    best = better(feasible, key=lambda t: t.metric(metric)) if feasible else None
+    best = default_choice(records, attrs)  # one answer: the trial export writes
     return StudyRow(
         name=name,
         model=str(attrs.get("model") or ""),

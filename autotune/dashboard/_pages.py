@@ -19,6 +19,7 @@ from autotune.dashboard._labels import (
 )
 from autotune.dashboard._trial import TrialView
 from autotune.dashboard._trial_page import trial_main
+from autotune.selection import confirm_slo_text
 
 BADGES = {
     OK: "ok",
@@ -58,7 +59,7 @@ def studies_page(frame: Frame, rows: Sequence[StudyRow], where: str, signature: 
         for r in rows
     ]
     headers = ["study", "model", "hardware", "scenario", "done / failed / pruned"]
-    headers += ["best (first objective)", "started", ""]
+    headers += ["winner (first objective)", "started", ""]
     body = (
         table(headers, cells)
         if rows
@@ -100,7 +101,7 @@ def _summary(v: StudyView, frame: Frame) -> str:
                 f"{r.trials}: {r.done} measured, {r.failed} failed or skipped, "
                 f"{r.pruned} pruned{running}",
             ),
-            (f"best {r.objective}", best),
+            (f"winner's {r.objective}", best),
             ("started", esc(r.created)),
             ("storage", esc(v.storage)),
         ]
@@ -138,11 +139,11 @@ def _confirm(v: StudyView, frame: Frame) -> str:
                 num(cand.get("median")),
                 num(cand.get("spread")),
                 num(cand.get("conservative")),
-                f"{cand.get('feasible_rounds', 0)}/{len(cand.get('values') or [])}",
+                esc(confirm_slo_text(cand)),
             ]
         )
     state = "" if c.finished else f" {badge('in progress', RUNNING)}"
-    headers = ["trial", "runs", "median", "spread", "conservative", "feasible rounds"]
+    headers = ["trial", "runs", "median", "spread", "conservative", "SLOs: median measured / bound"]
     winner = "none" if c.winner is None else f"trial {c.winner}"
     return (
         f"<h2>Confirm step{state}</h2>"

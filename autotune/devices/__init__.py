@@ -5,8 +5,7 @@ topology the tools print; `--devices 0-3,6` limits it (`parse_device_list`, `sel
 A `DevicePool` hands disjoint, topology-near device sets to trials that run at once, each as a
 `Lease` with the environment that shows it its devices; on CPU the devices are core slots
 (`split_cpu`). The memory readers (nvidia-smi, npu-smi, NUMA meminfo) judge whether a config fits
-before it is launched, `wait_released` waits after a teardown until the devices are free, and
-`read_speed` times a fixed piece of work on a trial's devices (the host's speed now).
+before it is launched, `wait_released` waits after a teardown until the devices are free.
 """
 
 from autotune.devices._ascend import NPU_SMI_INFO, NpuDevice, NpuSmiInfo, parse_npu_smi_info
@@ -36,7 +35,6 @@ from autotune.devices._selection import (
     parse_device_list,
     select_devices,
 )
-from autotune.devices._speed import SpeedReading, read_speed
 from autotune.devices._topology import NPU_SMI_TOPO, NVIDIA_TOPO, Topology, parse_topology
 
 __all__ = [
@@ -60,7 +58,6 @@ __all__ = [
     "Platform",
     "ReleaseResult",
     "SmiParseError",
-    "SpeedReading",
     "Topology",
     "cpu_memory",
     "device_memory",
@@ -79,7 +76,6 @@ __all__ = [
     "parse_topology",
     "plan_lanes",
     "process_reader",
-    "read_speed",
     "run_tool",
     "select_devices",
     "split_cpu",

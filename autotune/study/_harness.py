@@ -51,7 +51,6 @@ from autotune.space import HostFacts, SearchSpace, SpaceError, load_space, restr
 from autotune.spec import SpecError, TuneSpec
 from autotune.study._measure import Measure, Measurement, Workplan, measure
 from autotune.study._prune import Judge
-from autotune.study._speed import HostSpeed, probes_speed
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +83,6 @@ class Harness:
     host: str = field(default_factory=socket.gethostname)
     plan: Workplan | None = None  # the workload (None: a measure that brings its own)
     settings: LaunchSettings | None = None
-    speed: HostSpeed | None = None  # the speed probe `measure` reads (None: no probe)
 
     def __post_init__(self) -> None:
         if self.lanes < 1:
@@ -131,8 +129,6 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         warmup, requests = build_requests(spec.workload, spec.model)
     except WorkloadError as exc:
         raise SpecError(f"workload: {exc}") from None
-    probing = probes_speed(spec)
-    speed = HostSpeed(space.platform, spec.engine.cores) if probing else None
     plan = Workplan(
         warmup,
         requests,
@@ -148,7 +144,6 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         device_cost_per_hour=spec.device_cost_per_hour,
         load_client=spec.load_client,
         tokenizer=spec.model,
-        speed=speed,
     )
     if spec.load_client == "vllm-bench":
         try:
@@ -191,7 +186,6 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         host=host or socket.gethostname(),
         plan=plan,
         settings=settings,
-        speed=speed,
     )
 
 

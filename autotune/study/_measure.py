@@ -8,7 +8,6 @@ measured trial survives a store that fails or a tuner that is killed right after
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -41,7 +40,6 @@ from autotune.bench import (
     with_rates,
     write_records,
 )
-from autotune.drift import SPEED
 from autotune.engine import (
     EngineConfig,
     EngineError,
@@ -54,7 +52,6 @@ from autotune.engine import (
 from autotune.status import TrialStatus
 from autotune.study._objectives import constraint_values
 from autotune.study._prune import Judge
-from autotune.study._speed import HostSpeed, followed
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +77,6 @@ class Workplan:
     device_cost_per_hour: float | None = None  # then each trial's cost_per_mtok is measured
     load_client: LoadClientName = "autotune"  # who sends the measured requests (bench/_run.py)
     tokenizer: str | None = None  # the model's folder, for vllm-bench's prompt lengths
-    # The host-speed probe before each benchmark (autotune.study._speed); None: no probe.
-    speed: HostSpeed | None = None
 
     def client(self) -> dict[str, Any]:
         """`run_benchmark`'s keywords that pick the load client of the measured requests."""
@@ -135,18 +130,9 @@ def measure(
         return measure_offline(config, trial_dir, plan, settings, clock)
     started = clock()
     result = Measurement(status=TrialStatus.OK)
-    # A GPU's or NPU's probe runs before the engine holds its memory; a CPU's with the
-    # engine up (and idle), just before its benchmark.
-    speed = _speed_facts(plan, config) if settings.platform != "cpu" else None
     try:
         with launch(config, settings, trial_dir) as engine:
             result.engine = {"startup_s": round(engine.startup_s, 2), **engine.facts.model_dump()}
-            if plan.speed is not None and settings.platform == "cpu":
-                settings.check_cancel()
-                speed = _speed_facts(plan, config)
-            if speed is not None:
-                result.engine[SPEED] = speed
-                plan = dataclasses.replace(plan, profile=followed(plan.profile, speed))
 
             def probe() -> str | None:
                 settings.check_cancel()  # raised out of the client's event loop, as Ctrl-C is
@@ -252,14 +238,6 @@ def _with_peak(summary: Summary, engine: Mapping[str, Any]) -> Summary:
     if not isinstance(peak, int | float):
         return summary
     return summary.model_copy(update={"peak_memory_gib": round(peak / 2**30, 3)})
-
-
-def _speed_facts(plan: Workplan, config: EngineConfig) -> dict[str, Any] | None:
-    """The probe's reading now, as the trial records it; None without a probe or a reading."""
-    if plan.speed is None:
-        return None
-    reading = plan.speed.read(config)
-    return None if reading is None else plan.speed.facts(reading, plan.profile)
 
 
 class _Pruned(Exception):

@@ -40,9 +40,7 @@ def open_study(
     else:
         check_warm_start(harness, store.settings)  # a bad --warm-start creates nothing
     directions = [o.direction for o in told_objectives(spec)]
-    study, created = store.create_or_load(
-        spec.study, directions, make_sampler(spec, harness.space, probing=harness.speed is not None)
-    )
+    study, created = store.create_or_load(spec.study, directions, make_sampler(spec, harness.space))
     if created:
         _initialize(harness, store, study)
     else:
@@ -51,9 +49,7 @@ def open_study(
         if join:
             # Workers that start together must not propose the same configs.
             offset += int(uuid.uuid4().int % 1_000_000)
-        study.sampler = make_sampler(
-            spec, harness.space, offset=offset, probing=harness.speed is not None
-        )
+        study.sampler = make_sampler(spec, harness.space, offset=offset)
     study.set_user_attr(SPEC_ATTR, _shared_spec(spec))
     return study, created
 

@@ -42,13 +42,11 @@ STARTUP = 5  # launched trials before the first re-measure
 SHARE = 0.25  # of the budget, at most, goes to re-measures
 
 
-def remeasure_on(spec: TuneSpec, probing: bool = False) -> bool:
-    """Whether the study re-measures its incumbent (auto: a goal search at a fixed load whose
-    trials do not read the host's speed first, `probing`: the speed probe replaces the
-    re-measures, see autotune.study._speed)."""
+def remeasure_on(spec: TuneSpec) -> bool:
+    """Whether the study re-measures its incumbent (auto: a goal search at a fixed load)."""
     if spec.remeasure != "auto":
         return spec.remeasure == "on"
-    return spec.search == "goal" and spec.capacity is None and not probing
+    return spec.search == "goal" and spec.capacity is None
 
 
 def target(

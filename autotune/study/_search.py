@@ -9,9 +9,7 @@ Samplers: `guided` (pattern search from the baseline along vLLM's memory-monoton
 `_guided.py`), `tpe`, `gp` (Optuna's Gaussian-process sampler, constraints included; needs
 torch and scipy), `random`, `nsga2`; `auto` is the default of the search: `gp` for goal,
 `tpe` for pareto (see docs/benchmarks.md for the figures that chose it). The GP's first
-proposals after the baseline are a Latin hypercube (`_design`), not random draws; under two
-SLOs or more, on a probed study, configs that miss different ones are bisected before the GP
-proposes (`_bracket`).
+proposals after the baseline are a Latin hypercube (`_design`), not random draws.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import optuna
 from autotune.bench import RATES
 from autotune.space import SearchSpace, memory_order
 from autotune.spec import Objective, TuneSpec
-from autotune.study._bracket import BracketSampler
 from autotune.study._design import LatinStart
 from autotune.study._guided import GuidedSampler
 from autotune.study._remeasure import remeasure_on
@@ -62,25 +59,16 @@ def _gp_available() -> bool:
 
 
 def make_sampler(
-    spec: TuneSpec, space: SearchSpace, offset: int = 0, probing: bool = False
+    spec: TuneSpec, space: SearchSpace, offset: int = 0
 ) -> optuna.samplers.BaseSampler:
     """The spec's sampler, seeded with `spec.seed + offset` (a resumed study passes the number
-    of trials it has, so that it does not propose its first configs again). `probing`: the
-    trials read the host's speed first (autotune.study._speed)."""
+    of trials it has, so that it does not propose its first configs again)."""
     sampler = _base_sampler(spec, space, spec.seed + offset)
     if isinstance(sampler, optuna.samplers.RandomSampler):
         return sampler  # it reads nothing of the study
     slos = [*spec.slos, *pending(spec)]  # a relative SLO is a constraint once fixed
-    gp = isinstance(sampler, optuna.samplers.GPSampler)
-    if gp and spec.search == "goal" and len(slos) > 1 and probing:
-        # Between two SLOs the GP proposes the corners, never the strip where both hold; a
-        # bracket's midpoint first (`_bracket`). It reads one run's miss as the config's,
-        # which holds where the probe makes runs comparable: without it, under drift, a miss
-        # is the host's as often (benchmarks/sim: 5 of 20 seeds ended at 95% of the SLO
-        # landscape's optimum with it, 12 without; docs/benchmarks.md).
-        sampler = BracketSampler(sampler, slos, after=GP_STARTUP)
-    if not remeasure_on(spec, probing) and not slos and not probing:
-        return sampler  # without repeats, probes and SLOs it would be told the stored values
+    if not remeasure_on(spec) and not slos:
+        return sampler  # without repeats and SLOs it would be told the stored values
     # Told the values as at the study's start, SLO constraints on a log scale (see `_told`).
     return ToldSampler(sampler, [o.metric for o in told_objectives(spec)], slos)
 

@@ -5,9 +5,8 @@ A sampler learns from the values stored with each trial. Two things in them misl
 
 - **the host's drift**: on a host whose speed drifts, the values are the host's as much as the
   config's. Every measured trial's objective values and SLO constraints are scaled to the
-  host's speed at the study's start (what its speed probe read, autotune.study._speed, or
-  else the drift its re-measured configs show, `autotune.drift.fit_drift`); without either,
-  they are the measured ones;
+  host's speed at the study's start where the study's re-measured configs confirm a drift
+  (`autotune.drift.study_drift`); else they are the measured ones;
 - **the scale of a violation**: an SLO's stored constraint is `measured / bound - 1`
   (`_objectives`). A queue that builds up makes a p99 TTFT hundreds of times its bound, while
   the feasible configs sit within a few tens of percent of it; a Gaussian process fitted to
@@ -32,7 +31,7 @@ from optuna.study import Study
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.drift import Drift, at_probes, run_time, scaled, study_drift
+from autotune.drift import Drift, run_time, scaled, study_drift
 from autotune.store import TrialRecord
 from autotune.study._wrapped import WrappedSampler
 
@@ -76,7 +75,6 @@ def view(study: Study, objectives: Sequence[str], slos: Sequence[str]) -> Study:
     trials = study.get_trials(deepcopy=False)
     records = [TrialRecord.from_frozen(t) for t in trials]
     drift = study_drift(records)
-    records = at_probes(records)
     speeds = [_speed(r, drift) for r in records]
     if not slos and all(speed == 1.0 for speed in speeds):
         return study
@@ -85,10 +83,7 @@ def view(study: Study, objectives: Sequence[str], slos: Sequence[str]) -> Study:
 
 
 def _speed(record: TrialRecord, drift: Drift | None) -> float:
-    """The host's speed at `record`'s run: its probe's (already in `record.speed`), or the
-    drift the repeats show (`drift`: None where the study is probed)."""
-    if record.speed is not None:
-        return record.speed
+    """The host's speed at `record`'s run, as the confirmed drift says (1: none)."""
     at = run_time(record.measured_at, record.metrics)
     if drift is None or at is None or not record.measured:
         return 1.0

@@ -127,9 +127,6 @@ class TrialRunner:
             again = trial.user_attrs.get(keys.REMEASURE_OF)
             shown = description if again is None else f"{description} (again: trial {again})"
             self.emit(TrialStarted(trial.number, slot, self.spec.trials, shown))
-            speed = self.harness.speed
-            if speed is not None and speed.reference is None:  # a resumed study keeps its own
-                speed.adopt(_engines(study))
             judge = self._judge(study, trial)
             if judge is None:
                 measurement = self.harness.measure(config, trial_dir)
@@ -164,7 +161,7 @@ class TrialRunner:
             )
         if m.status == TrialStatus.OOM and self.spec.repair and self.recorder.learn_failures:
             self.recorder.queue_repair(study, trial, self.harness.space)
-        elif remeasure_on(self.spec, probing=self.harness.speed is not None):
+        elif remeasure_on(self.spec):
             queue_remeasure(study, self.spec)
 
     def _gate_verdict(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> Verdict:
@@ -264,12 +261,6 @@ class TrialRunner:
             except TimeoutError:
                 if self.harness.cancel.is_set():
                     raise KeyboardInterrupt from None
-
-
-def _engines(study: optuna.Study) -> list[dict[str, Any]]:
-    """The engine facts of the study's trials, in trial order."""
-    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-    return [t.user_attrs.get(keys.ENGINE) or {} for t in trials]
 
 
 def _local_records(trial: TrialRecord) -> list[RequestRecord]:

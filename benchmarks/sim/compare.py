@@ -48,8 +48,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--noise", type=float, default=0.05, help="run-to-run spread (+-)")
     add("--drift", type=float, default=0.26, help="slow drift, at most, over half the period")
     add("--jobs", type=int, default=2)
-    probe_help = "the tuner's speed probe on, its reading the host's speed within 2%% (sd)"
-    add("--probe", action="store_true", help=probe_help)
     add("--cli", action="store_true", help="run `autotune tune` on the simulated server")
     add("--time-scale", type=float, default=0.1, help="with --cli: wall s per simulated s")
     add("--chunk-tokens", type=int, default=16, help="with --cli: tokens per stream chunk")
@@ -58,19 +56,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-Job = tuple[str, str, int, int, float, float, dict[str, Any] | None, str | None]
+Job = tuple[str, str, int, int, float, float, dict[str, Any] | None]
 
 
 def _one(job: Job) -> tuple[str, str, int, list[Step], dict[str, Any]]:
-    name, method, seed, trials, noise, drift, cli, probe = job
+    name, method, seed, trials, noise, drift, cli = job
     landscape = LANDSCAPES[name]
     truth = Truth(landscape)
     if method == "grid":
         return name, method, seed, run_grid(landscape, truth, noise, drift), {}
     if cli is None:
-        steps = run_method(
-            landscape, METHODS[method], seed, trials, truth, noise, drift, probe=probe
-        )
+        steps = run_method(landscape, METHODS[method], seed, trials, truth, noise, drift)
         return name, method, seed, steps, {}
     root = Path(cli["root"]) / f"{name}-{method}-{seed}"
     run = run_cli(
@@ -111,8 +107,6 @@ def summarize(runs: list[list[Step]], best: float) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.probe and args.cli:
-        raise SystemExit("--probe simulates the probe's reading: in-process only, not with --cli")
     names = args.landscape.split(",")
     methods = args.methods.split(",")
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
@@ -128,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             root = args.root or Path(tempfile.mkdtemp(prefix="autotune-sim-cli-"))
             cli = {"root": str(root), "scale": args.time_scale, "chunk_tokens": args.chunk_tokens}
         jobs: list[Job] = [
-            (name, m, seed, args.trials, args.noise, args.drift, cli, args.probe)
+            (name, m, seed, args.trials, args.noise, args.drift, cli)
             for m in methods
             for seed in (range(1) if m == "grid" else range(args.seeds))
         ]

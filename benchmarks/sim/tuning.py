@@ -28,8 +28,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from autotune.bench import LoadProfile, Stats, Summary
-from autotune.devices import DevicePool, SpeedReading
-from autotune.drift import SPEED
+from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
 from autotune.export import choose_export
 from autotune.selection import SelectionError
@@ -38,7 +37,6 @@ from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
 from autotune.store import StudyStore
 from autotune.study import Harness, Measurement, StudyRunner
-from autotune.study._speed import HostSpeed
 
 from .landscapes import Landscape
 from .model import SimConfig
@@ -84,12 +82,6 @@ class SimMeasure:
     drift_period_s: float = 3600.0
     seed: int = 0
     clock_s: float = 0.0  # device time spent so far: the drift follows it
-    # The tuner's speed probe (autotune.study._speed): before each run the host's speed is
-    # read within a relative spread of `probe_noise` (sd) and given to `speed`, which sends a
-    # fixed rate at rate * speed; the tuner's drift module then corrects the raw values. The
-    # probe's own seconds (about 3 s on a real host) are not counted in device_s.
-    speed: HostSpeed | None = None
-    probe_noise: float = 0.02
     _rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
@@ -116,18 +108,9 @@ class SimMeasure:
         land = self.truth.landscape
         cfg = sim_config(land, config.args)
         engine: dict[str, Any] = {}
-        read = 1.0
-        if self.speed is not None:  # as autotune.study._measure reads the probe
-            reading = SpeedReading(f * (1 + self._rng.gauss(0, self.probe_noise)), {"sim": {}})
-            engine[SPEED] = self.speed.facts(reading, load_profile(land))
-            read = engine[SPEED]["speed"]
-        # Sent at rate * read on a host at f: on a clock `read` times as slow, the host at
-        # f / read under the rate (`seen`); what the client measures is that, back on the
-        # real clock (rates * read, latencies / read).
-        seen = result
-        if f != read:
-            seen = simulate(land.hardware, cfg, land.workload, speed=f / read)
-        raw = on_clock(seen, read)
+        raw = result
+        if f != 1.0:
+            raw = simulate(land.hardware, cfg, land.workload, speed=f)
         device_s = STARTUP_S + raw.duration_s
         self.clock_s += device_s
         summary = measured_summary(land, raw)
@@ -233,9 +216,7 @@ def model_folder(landscape: Landscape, root: Path) -> Path:
     return folder
 
 
-def spec_for(
-    landscape: Landscape, method: Method, seed: int, trials: int, root: Path, probe: bool = False
-) -> TuneSpec:
+def spec_for(landscape: Landscape, method: Method, seed: int, trials: int, root: Path) -> TuneSpec:
     objectives = [{"metric": landscape.metric, "direction": "maximize"}]
     if landscape.metric == "output_throughput":
         objectives += [
@@ -252,9 +233,6 @@ def spec_for(
             "seed": seed,
             "objectives": objectives,
             "slos": dict(landscape.slos),
-            # The probe's reading is simulated (SimMeasure), but the spec says whether it is
-            # on: with it, `remeasure: auto` is off (autotune.study._remeasure).
-            "speed_probe": "on" if probe else "off",
             **method.fields,
         }
     )
@@ -269,14 +247,12 @@ def run_method(
     noise: float = 0.0,
     drift: float = 0.0,
     root: Path | None = None,
-    probe: bool = False,
 ) -> list[Step]:
     """One study of `method`: the truth of export's choice after each launched trial."""
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        spec = spec_for(landscape, method, seed, trials, Path(tmp), probe)
+        spec = spec_for(landscape, method, seed, trials, Path(tmp))
         space = load_space(spec.space)
-        speed = HostSpeed("cuda") if probe else None  # the tuner's probe, its reading simulated
-        measure = SimMeasure(truth, noise=noise, drift=drift, seed=seed * 7919 + 1, speed=speed)
+        measure = SimMeasure(truth, noise=noise, drift=drift, seed=seed * 7919 + 1)
         store = StudyStore(spec.storage_url)
         steps: list[Step] = []
 
@@ -289,7 +265,7 @@ def run_method(
         gpus = landscape.hardware.gpus
         # The landscape's host: its GPUs are the pool tensor-parallel trials lease from.
         pool = DevicePool(list(range(gpus)), platform="cuda") if gpus > 1 else None
-        harness = Harness(spec, space, measure, pool=pool, speed=speed)
+        harness = Harness(spec, space, measure, pool=pool)
         StudyRunner(harness, store, after_trial).run()
         return steps
 

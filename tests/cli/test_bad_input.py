@@ -104,12 +104,7 @@ ROWS = [
     row("tune-sampler-bogus", tune("--sampler", "bogus"), "--sampler"),
     row("tune-search-bogus", tune("--search", "bogus"), "--search"),
     row("tune-remeasure-bogus", tune("--remeasure", "sometimes"), "--remeasure"),
-    row("tune-speed-probe-bogus", tune("--speed-probe", "maybe"), "--speed-probe"),
-    row(
-        "tune-speed-probe-offline",
-        tune("--speed-probe", "on", "--scenario", "offline"),
-        "an offline batch is not probed",
-    ),
+    row("tune-speed-probe-removed", tune("--speed-probe", "on"), "--speed-probe"),
     row("tune-load-client-bogus", tune("--load-client", "curl"), "--load-client 'curl'"),
     row(
         "tune-vllm-bench-ids",

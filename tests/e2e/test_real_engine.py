@@ -76,16 +76,8 @@ def test_study_measures_every_trial_and_stores_a_front(study_root: Path) -> None
         again = summarize(records)
         assert again.output_throughput == pytest.approx(t.metrics["output_throughput"])
         assert again.tpot_ms.p99 == pytest.approx(t.metrics["p99_tpot_ms"])
-        # Timed by the speed probe (on by default with vLLM's command) on this host's cores,
-        # against the baseline's reading; a closed loop: no rate to move, the values scale.
-        probe = t.engine["speed"]
-        assert probe["reference"] == launched[0].engine["speed"]["reference"] > 0
-        # A reading counts only as far as the study's readings say the host moved.
-        ratio = probe["reading"] / probe["reference"]
-        assert 0 <= probe["weight"] <= 1
-        assert probe["speed"] == pytest.approx(ratio ** probe["weight"])
-        assert probe["scales"] is True and "rate" not in probe
-    assert launched[0].engine["speed"]["speed"] == 1.0
+        # Nothing but the engine runs on the trial's cores, and its values are its own.
+        assert "speed" not in t.engine
 
 
 def test_no_engine_process_is_left_after_the_study(study_root: Path) -> None:

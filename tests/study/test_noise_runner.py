@@ -7,15 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from autotune.bench import RequestRecord, summarize
 from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
 from autotune.selection import CONFIRM_ATTR, confirmed_winner, pareto_front, pick, study_objectives
 from autotune.space import SearchSpace
+from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import Confirmer, Harness, Judge, Measurement, StudyRunner
-from autotune.study._confirm import ConfirmRun, evaluate, gain, round_order
+from autotune.study._confirm import Bounds, ConfirmRun, evaluate, gain, round_order, t_quantile
 
 REQUESTS = 16
 
@@ -167,37 +170,85 @@ def test_confirm_keeps_every_run_and_a_stable_engine_confirms_the_same_winner(
     assert first["order"][0] == list(reversed(first["order"][1]))
 
 
-def runs_of(values: dict[int, Sequence[float]]) -> list[ConfirmRun]:
+def runs_of(
+    values: dict[int, Sequence[float]], ttft: dict[int, Sequence[float]] | None = None
+) -> list[ConfirmRun]:
+    """Runs of each candidate, round by round; `ttft`: each one's p99 TTFT per round."""
     return [
-        ConfirmRun(k, number, "ok", v, True, 1.0)
+        ConfirmRun(k, number, "ok", v, 1.0, {"p99_ttft_ms": (ttft or {}).get(number, [0.0] * 9)[k]})
         for number, vs in values.items()
         for k, v in enumerate(vs)
     ]
 
 
-def test_the_winner_is_the_best_median_minus_spread() -> None:
+def test_the_best_candidate_is_the_best_median_minus_spread() -> None:
     runs = runs_of({1: [100, 101, 99], 2: [130, 80, 104], 0: [95, 96, 94]})
     result = evaluate(runs, [1, 2, 0], "maximize", 0, 3)
     assert result["candidates"]["2"]["median"] == 104  # the best median...
-    assert result["winner"] == 1  # ...but 104 - 25 < 100 - 1
+    assert result["best_candidate"] == 1  # ...but 104 - 25 < 100 - 1
+    assert result["winner"] == 1 and result["gain"]["low"] > 0  # +5% every round: a gain
+    assert result["gain"]["verdict"].startswith("trial 1: gain +5.3% over your defaults")
 
 
-def test_a_candidate_infeasible_in_any_round_cannot_win() -> None:
-    runs = runs_of({1: [200, 200], 0: [100, 100]})
-    runs[1] = ConfirmRun(1, 1, "ok", 200, False, 1.0)
-    assert evaluate(runs, [1, 0], "maximize", 0, 2)["winner"] == 0
+def test_an_slo_is_judged_by_its_median_over_rounds_not_its_worst_round() -> None:
+    bounds = Bounds(absolute={"p99_ttft_ms": 100.0})
+    one_bad = runs_of({1: [200, 200, 201], 0: [100, 101, 100]}, {1: [90, 140, 95], 0: [50] * 3})
+    result = evaluate(one_bad, [1, 0], "maximize", 0, 3, bounds)
+    assert result["candidates"]["1"]["slos"]["p99_ttft_ms"]["median"] == 0.95
+    assert result["winner"] == 1  # one round over the bound of three does not decide
+    mostly = runs_of({1: [200, 200, 201], 0: [100, 101, 100]}, {1: [90, 140, 120], 0: [50] * 3})
+    result = evaluate(mostly, [1, 0], "maximize", 0, 3, bounds)
+    assert not result["candidates"]["1"]["holds"] and result["winner"] == 0
+    assert result["gain"]["verdict"].startswith("no config measured better than your defaults")
 
 
-def test_gain_is_an_interval_and_zero_inside_it_is_no_significant_gain() -> None:
+def test_a_relative_bound_is_the_baseline_of_the_same_round() -> None:
+    # Round 2 ran on a slow host: every latency doubled, the baseline's too. Against the
+    # baseline of round 0 (a bound fixed once) the candidate would miss; paired, it holds,
+    # and the baseline can never miss a bound relative to itself.
+    bounds = Bounds(relative={"p99_ttft_ms": 1.2})
+    runs = runs_of({1: [120, 121, 60], 0: [100, 100, 50]}, {1: [110, 112, 230], 0: [100, 98, 200]})
+    result = evaluate(runs, [1, 0], "maximize", 0, 3, bounds)
+    assert result["candidates"]["1"]["slos"]["p99_ttft_ms"]["ratios"][2] == pytest.approx(
+        230 / 240, abs=1e-4
+    )
+    assert result["candidates"]["0"]["holds"] and result["candidates"]["1"]["holds"]
+    assert result["winner"] == 1
+
+
+def test_the_baseline_alone_qualifies_and_wins_plainly() -> None:
+    bounds = Bounds(absolute={"p99_ttft_ms": 100.0})
+    runs = runs_of({1: [300, 300, 300], 0: [100, 100, 100]}, {1: [500] * 3, 0: [50] * 3})
+    result = evaluate(runs, [1, 0], "maximize", 0, 3, bounds)
+    assert result["best_candidate"] is None and result["winner"] == 0
+    assert result["gain"]["verdict"].startswith("no config measured better than your defaults")
+
+
+def test_a_candidate_wins_where_the_defaults_miss_an_absolute_slo() -> None:
+    bounds = Bounds(absolute={"p99_ttft_ms": 100.0})
+    runs = runs_of({1: [90, 92, 91], 0: [100, 100, 100]}, {1: [80] * 3, 0: [150] * 3})
+    result = evaluate(runs, [1, 0], "maximize", 0, 3, bounds)
+    assert result["winner"] == 1
+    assert "your defaults miss p99_ttft_ms over the rounds" in result["gain"]["verdict"]
+
+
+def test_gain_is_an_interval_and_zero_inside_it_is_no_gain() -> None:
     clear = gain(runs_of({1: [110, 111, 112], 0: [100, 100, 101]}), 1, 0, "maximize")
-    assert clear["low"] > 0 and clear["verdict"].startswith("gain +")
-    noisy = gain(runs_of({1: [110, 95, 104], 0: [100, 100, 100]}), 1, 0, "maximize")
+    assert clear["low"] > 0
+    noisy_runs = runs_of({1: [110, 95, 104], 0: [100, 100, 100]})
+    noisy = gain(noisy_runs, 1, 0, "maximize")
     assert noisy["low"] < 0 < noisy["high"]
-    assert noisy["verdict"] == "no significant gain (the 90% interval includes 0)"
-    assert "+" not in noisy["verdict"]  # never a percentage
-    assert "no gain" in gain([], 0, 0, "maximize")["verdict"]
+    verdict = evaluate(noisy_runs, [1, 0], "maximize", 0, 3)["gain"]["verdict"]
+    assert verdict.startswith(
+        "no config measured better than your defaults; best candidate trial 1"
+    )
+    assert "-" in verdict and "+" in verdict  # the interval, both ends
+    assert gain([], 0, 0, "maximize") == {}
     latency = gain(runs_of({1: [50, 51, 50], 0: [100, 101, 99]}), 1, 0, "minimize")
     assert latency["low"] > 0.9  # half the latency: about +100%
+    # Student's t from scipy: 3 rounds (2 degrees of freedom) and 30 (29).
+    assert t_quantile(2) == pytest.approx(2.920, abs=1e-3)
+    assert t_quantile(29) == pytest.approx(1.699, abs=1e-3)
 
 
 def test_rounds_alternate_their_order() -> None:
@@ -242,3 +293,58 @@ def test_the_confirm_step_leases_devices_as_the_trials_did(
     seen.clear()
     Confirmer(spec, space, store, Watching(random.Random(8))).run(top=2, rounds=1)
     assert seen and all(d == "whole host" for d in seen)  # no pool: the host as a whole
+
+
+class SlowingHost:
+    """One config under two trial numbers on a host that loses 40% of its speed halfway
+    through the confirm step; latencies grow as it slows (the demo's failure of stop 29: the
+    baseline, judged against a bound fixed from one early run, missed it in every round)."""
+
+    def __init__(self, runs_before_slow: int) -> None:
+        self.left = runs_before_slow
+        self.rng = random.Random(11)
+
+    def __call__(
+        self, config: EngineConfig, trial_dir: Path, judge: Judge | None = None
+    ) -> Measurement:
+        speed = 1.0 if self.left > 0 else 0.6
+        self.left -= 1
+        wobble = 1 + self.rng.uniform(-0.03, 0.03)
+        base = summarize(requests_of(64, 4))
+        update = {
+            "output_throughput": 1000.0 * speed * wobble,
+            "ttft_ms": base.ttft_ms.model_copy(update={"p99": 100.0 / speed * wobble}),
+        }
+        return Measurement("ok", "", base.model_copy(update=update), device_s=2.0)
+
+
+def test_on_a_slowing_host_the_baseline_against_its_twin_wins_plainly(
+    make_spec, space: SearchSpace
+) -> None:
+    def spec_of(trials: int) -> TuneSpec:  # each its own: the baseline fixes a spec's bounds
+        return make_spec(
+            trials=trials,
+            objectives=[{"metric": "output_throughput", "direction": "maximize"}],
+            relative_slos={"p99_ttft_ms": 1.2},
+        )
+
+    spec = spec_of(2)
+    store = StudyStore(spec.storage_url)
+    # The study's two trials and the first round and a half at full speed, then 40% slower.
+    measure = SlowingHost(runs_before_slow=5)
+    StudyRunner(Harness(spec_of(1), space, measure), store).run()
+    # Another config that this host serves exactly as the baseline: the null comparison.
+    twin = {**space.baseline_params(), "max_num_seqs": 64}
+    store.load(spec.study).enqueue_trial(twin)
+    StudyRunner(Harness(spec, space, measure), store).run()
+    result = Confirmer(spec, space, store, measure).run(top=1, rounds=3)
+    assert result["baseline"] == 0 and set(result["candidates"]) == {"0", "1"}
+    # Round 2 ran the baseline fast and its twin slow: the twin missed 1.2x the baseline
+    # there, and holds over the rounds (median); the baseline, against itself, always.
+    twin_ttft = result["candidates"]["1"]["slos"]["p99_ttft_ms"]
+    assert max(twin_ttft["ratios"]) > 1.0 and twin_ttft["median"] <= 1.0
+    for c in result["candidates"].values():
+        assert c["holds"], c
+    assert result["winner"] == 0
+    assert result["gain"]["verdict"].startswith("no config measured better than your defaults")
+    assert store.study_attrs(spec.study)[CONFIRM_ATTR]["winner"] == 0

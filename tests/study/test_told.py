@@ -63,17 +63,28 @@ def test_the_view_tells_log_ratios_and_leaves_the_stored_trials_alone() -> None:
 
 
 def test_with_a_drift_values_and_slos_are_told_as_at_the_start() -> None:
+    # The host loses 20% of its speed over 1,000 s, linearly; the incumbent (max_num_seqs 8)
+    # ran three times, and each of its runs, held out, is predicted by the other two.
     study = optuna.create_study(direction="maximize")
     add(study, 8, 100.0, 0.9, at=0.0)
-    add(study, 64, 90.0, 1.1, at=500.0)  # the host has lost 20% of its speed by now
+    add(study, 8, 92.0, 0.9 / 0.92, at=400.0)
+    add(study, 64, 90.0, 1.1, at=500.0)  # the host has lost 10% of its speed by now
     add(study, 8, 80.0, 0.9 / 0.8, at=1000.0)  # the same config again, 20% slower
     told = view(study, ["output_throughput"], SLOS).get_trials(deepcopy=False)
-    speed = 80.0 / 100.0
-    # the fitted drift is linear from its one repeat: at 500 s the host ran at 0.9 (log space)
-    mid = math.exp(math.log(speed) / 2)
-    assert told[1].values[0] == pytest.approx(90.0 / mid, rel=0.02)
-    assert told[1].constraints["p99_ttft_ms"] == pytest.approx(math.log(1.1 * mid), abs=0.02)
-    assert told[2].constraints["p99_ttft_ms"] == pytest.approx(math.log(0.9), abs=0.02)
+    speed = 0.9  # at 500 s, between the anchors at 400 and 1,000 s
+    assert told[2].values[0] == pytest.approx(90.0 / speed, rel=0.02)
+    assert told[2].constraints["p99_ttft_ms"] == pytest.approx(math.log(1.1 * speed), abs=0.02)
+    assert told[3].constraints["p99_ttft_ms"] == pytest.approx(math.log(0.9), abs=0.02)
+
+
+def test_a_drift_no_held_out_run_confirms_is_not_told() -> None:
+    study = optuna.create_study(direction="maximize")
+    add(study, 8, 100.0, 0.9, at=0.0)
+    add(study, 64, 90.0, 1.1, at=500.0)
+    add(study, 8, 80.0, 0.9 / 0.8, at=1000.0)  # one repeat: nothing held out to test it on
+    told = view(study, ["output_throughput"], SLOS).get_trials(deepcopy=False)
+    assert told[1].values[0] == 90.0  # as measured
+    assert told[1].constraints["p99_ttft_ms"] == pytest.approx(math.log(1.1))
 
 
 def test_every_study_with_slos_or_repeats_gets_the_view_random_never() -> None:
