@@ -138,8 +138,10 @@ def _shares(kinds: Sequence[str]) -> dict[str, int]:
 
 def spreads(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per condition: the sd of log throughput of config A's runs (A and A2) as measured and as
-    a study would correct it (every run a trial of one study, the drift fitted on the repeats,
-    applied at the strength its held-out runs confirm), and of the paired ratio A2 / A."""
+    a study would correct it, and of the paired ratio A2 / A. Every run is a trial of one study;
+    each A run is corrected by the drift fitted on the *other* runs (applied at the strength
+    their held-out runs confirm), as a study corrects a trial by its incumbents' re-measures: a
+    drift fitted on the run itself has a knot on it and would explain it away."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("output_throughput")]
     trials = [
         TrialRecord(number=k, state="complete", status="ok",
@@ -150,7 +152,13 @@ def spreads(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for k, r in enumerate(ok)
     ]  # fmt: skip
     drift = study_drift(trials)
-    corrected = [at_start(t, drift).metric("output_throughput") for t in trials]
+    corrected = []
+    for t in trials:
+        if ok[t.number]["config"] in ("A", "A2"):
+            others = study_drift([o for o in trials if o.number != t.number])
+            corrected.append(at_start(t, others).metric("output_throughput"))
+        else:
+            corrected.append(t.metric("output_throughput"))
     out: dict[str, dict[str, Any]] = {}
     rounds = rounds_of(rows)
     for condition in ("all", *sorted({str(r["condition"]) for r in ok})):

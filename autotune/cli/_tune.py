@@ -377,7 +377,7 @@ def run_confirm(harness: Harness, store: StudyStore, top: int, rounds: int) -> N
     """The confirm step (see autotune.study._confirm), with progress and its table."""
     spec = harness.spec
     console.print(
-        f"\nconfirm: the top {top} front configs and the baseline, {rounds} alternating rounds"
+        f"\nconfirm: the top {top} feasible configs and the baseline, {rounds} alternating rounds"
     )
 
     def progress(k: int, number: int, done: int, result: Measurement) -> None:
@@ -402,8 +402,8 @@ def confirm(
     root: Annotated[Path, typer.Option(help="Folder for studies")] = Path("studies"),
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Re-measure a study's best configs and its baseline side by side, and pick the winner
-    by median minus spread; report the gain over the baseline as an interval."""
+    """Re-measure a study's best configs and its baseline side by side, in alternating rounds:
+    a config wins only on a gain over the baseline whose 90% interval is above 0."""
     setup_logging(verbose)
     with cli_errors():
         if top < 1 or rounds < 1:
