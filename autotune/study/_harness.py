@@ -54,6 +54,8 @@ from autotune.study._prune import Judge
 
 logger = logging.getLogger(__name__)
 
+BASELINE_RUNS = 3  # benchmark runs of the baseline trial on its one engine (medians)
+
 
 def _unknown_memory(ids: list[int] | None = None) -> DeviceMemory | None:
     return None
@@ -69,12 +71,14 @@ class Harness:
     devices from it (tensor x pipeline parallel of them) and sees only those; `lanes` trials
     run at once. Setting `cancel` stops every lane as Ctrl-C does. `requests_per_run`: the
     measured requests of one benchmark run (early stopping counts them). `host`: this worker's
-    host as trials record it.
+    host as trials record it. `baseline_measure`: the baseline's device work, where it differs
+    (`BASELINE_RUNS` benchmark runs on its one engine; None: `measure`).
     """
 
     spec: TuneSpec
     space: SearchSpace
     measure: Measure
+    baseline_measure: Measure | None = None
     device_memory: Callable[[list[int] | None], DeviceMemory | None] = _unknown_memory
     pool: DevicePool | None = None
     lanes: int = 1
@@ -174,10 +178,22 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     ) -> Measurement:
         return measure(config, trial_dir, plan, settings, judge=judge)
 
+    # The baseline's p99s fix the bounds relative to it: the median of BASELINE_RUNS runs, not
+    # one p99 of a small workload, which is about its largest sample (docs/metrics.md).
+    base_plan = plan
+    if plan.capacity is None and plan.scenario != "offline":
+        base_plan = dataclasses.replace(plan, repeats=max(plan.repeats, BASELINE_RUNS))
+
+    def measure_baseline(
+        config: EngineConfig, trial_dir: Path, judge: Judge | None = None
+    ) -> Measurement:
+        return measure(config, trial_dir, base_plan, settings, judge=judge)
+
     return Harness(
         spec,
         space,
         measure_one,
+        baseline_measure=measure_baseline,
         device_memory=lambda ids: device_memory(space.platform, ids),
         pool=pool,
         lanes=count,

@@ -2,9 +2,11 @@
 
 `--slo p99_tpot_ms=baseline*1.2` ("no more than 20% worse than what runs today") is kept in
 the spec as a factor (`TuneSpec.relative_slos`). The baseline (trial 0) runs before any other
-trial of the study; when it is recorded, each factor becomes an absolute bound, `factor x the
-baseline's value` (its median over repeated runs), and from then on the bound is a number like
-any other. The study keeps it: the `slos` attribute holds every bound (given and fixed), and
+trial of the study, its benchmark `BASELINE_RUNS` (3) times on its one engine
+(`Harness.baseline_measure`); when it is recorded, each factor becomes an absolute bound,
+`factor x the baseline's value` (the median of its runs: a p99 of one small run is about its
+largest sample), and from then on the bound is a number like any other. The confirm step
+judges relative bounds against the baseline of each of its rounds instead (`_confirm`). The study keeps it: the `slos` attribute holds every bound (given and fixed), and
 `slo_basis` says what each fixed one came from; `show`, `export`, the dashboard, a resumed
 study, every worker and the confirm step read it from there, so it is fixed once, ever.
 

@@ -128,7 +128,10 @@ class TrialRunner:
             shown = description if again is None else f"{description} (again: trial {again})"
             self.emit(TrialStarted(trial.number, slot, self.spec.trials, shown))
             judge = self._judge(study, trial)
-            if judge is None:
+            baseline = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
+            if baseline and self.harness.baseline_measure is not None:
+                measurement = self.harness.baseline_measure(config, trial_dir)
+            elif judge is None:
                 measurement = self.harness.measure(config, trial_dir)
             else:
                 measurement = self.harness.measure(config, trial_dir, judge=judge)

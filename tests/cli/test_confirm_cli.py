@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from autotune.bench import read_records, summarize
 from autotune.store import StudyStore
 
 TuneArgv = Callable[..., list[str | Path]]
@@ -63,11 +67,12 @@ def test_confirm_twice_on_a_stable_engine_picks_the_same_winner(
 def test_repeats_keep_a_spread_that_show_prints(
     tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object]
 ) -> None:
-    result = cli(*tune_argv("r", "--trials", "1", "--repeats", "2"))
+    result = cli(*tune_argv("r", "--trials", "2", "--repeats", "2"))
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
-    (trial,) = store_of(tmp_path, "r").trials("r")
+    base, trial = store_of(tmp_path, "r").trials("r")
     assert trial.engine["repeats"] == 2 and "output_throughput" in trial.spread
     assert len(list(Path(trial.trial_dir or "").glob("runs/run-*.jsonl"))) == 2
+    assert base.role == "baseline" and base.engine["repeats"] == 3  # BASELINE_RUNS at least
     shown = cli("show", "r", "--root", tmp_path / "studies")
     assert " ±" in shown.output  # type: ignore[attr-defined]
 
@@ -100,3 +105,21 @@ def test_a_study_without_a_stored_spec_cannot_be_confirmed(
     assert result.exit_code != 0
     (line,) = result.output.strip().splitlines()  # type: ignore[attr-defined]
     assert line.startswith("error:")
+
+
+def test_a_relative_bound_is_the_median_of_the_baselines_three_runs(
+    tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object]
+) -> None:
+    """A p99 over a small workload is about its largest sample: the bound relative to the
+    baseline rests on three runs of it on its one engine (their median), not one."""
+    argv = tune_argv("m", "--trials", "1", "--slo", "p99_ttft_ms=baseline*1.2")
+    result = cli(*argv)
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    store = store_of(tmp_path, "m")
+    (base,) = store.trials("m")
+    runs = sorted(Path(base.trial_dir or "").glob("runs/run-*.jsonl"))
+    assert base.engine["repeats"] == 3 and len(runs) == 3
+    p99s = [summarize(read_records(run)).ttft_ms.p99 for run in runs]
+    basis = store.study_attrs("m")["slo_basis"]["p99_ttft_ms"]
+    assert basis["baseline"] == pytest.approx(statistics.median(p99s))
+    assert store.study_attrs("m")["slos"]["p99_ttft_ms"] == pytest.approx(1.2 * basis["baseline"])
