@@ -46,7 +46,7 @@ def find_studies(root: Path, storage: str | None) -> tuple[list[StudySummary], l
 
 def _table(summaries: list[StudySummary]) -> Table:
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for col in ("study", "measured", "best out tok/s", "created"):
+    for col in ("study", "measured", "winner out tok/s", "created"):
         right = col in ("measured", "best out tok/s")
         table.add_column(col, justify="right" if right else "left", no_wrap=True)
     for s in summaries:

@@ -5,10 +5,11 @@ the spec as a factor (`TuneSpec.relative_slos`). The baseline (trial 0) runs bef
 trial of the study, its benchmark `BASELINE_RUNS` (3) times on its one engine
 (`Harness.baseline_measure`); when it is recorded, each factor becomes an absolute bound,
 `factor x the baseline's value` (the median of its runs: a p99 of one small run is about its
-largest sample), and from then on the bound is a number like any other. The confirm step
-judges relative bounds against the baseline of each of its rounds instead (`_confirm`). The study keeps it: the `slos` attribute holds every bound (given and fixed), and
-`slo_basis` says what each fixed one came from; `show`, `export`, the dashboard, a resumed
-study, every worker and the confirm step read it from there, so it is fixed once, ever.
+largest sample), and from then on the bound is a number like any other. The study keeps it:
+the `slos` attribute holds every bound (given and fixed), and `slo_basis` says what each fixed
+one came from; `show`, `export`, the dashboard, a resumed study and every worker read it from
+there, so it is fixed once, ever. The confirm step judges a relative bound against the
+baseline of each of its rounds instead (`_confirm`).
 
 The bounds change in one place, `fix_bounds`/`adopt_bounds`, and in place (`spec.slos` is the
 dict that the workload plan, the recorder and the pruning judge all hold).
