@@ -145,10 +145,12 @@ def _confirm(v: StudyView, frame: Frame) -> str:
     state = "" if c.finished else f" {badge('in progress', RUNNING)}"
     headers = ["trial", "runs", "median", "spread", "conservative", "SLOs: median measured / bound"]
     winner = "none" if c.winner is None else f"trial {c.winner}"
+    if c.winner is not None and c.winner == c.baseline:
+        winner += " (the baseline: your defaults)"
     return (
         f"<h2>Confirm step{state}</h2>"
         f"<p>{esc(c.rounds)} alternating rounds on {esc(c.metric)} ({esc(c.direction[:3])}); "
-        f"winner: <b>{esc(winner)}</b>; vs baseline: <b>{esc(c.verdict or '?')}</b></p>"
+        f"winner: <b>{esc(winner)}</b>; verdict: <b>{esc(c.verdict or '?')}</b></p>"
         + table(headers, rows)
     )
 
