@@ -58,7 +58,7 @@ def choose_export(
     else the confirmed winner when the study has one, else max-throughput. Raises
     SelectionError when nothing fits, InfeasibleError when nothing is feasible (unless
     `allow_infeasible`: then the measured trial closest to the constraints). Picks compare
-    configs as `autotune.drift.compared` does: as at the study's start, runs merged."""
+    configs as `autotune.drift.compared` does: as measured, a config's runs merged."""
     if number is None:
         records = compared(records)
     if allow_infeasible and number is None:
@@ -112,12 +112,10 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
 
 
 def _runs_line(trial: TrialRecord) -> str:
-    """How the measured values were corrected for the host's drift, where they were."""
-    if trial.runs <= 1 and trial.speed is None:
+    """Where the values are the mean of a config's repeated runs (re-measures)."""
+    if trial.runs <= 1:
         return ""
-    runs = f"the mean of {trial.runs} runs of this config, " if trial.runs > 1 else ""
-    speed = f" (host speed then x{trial.speed:.2f})" if trial.speed is not None else ""
-    return f"values: {runs}as at the study's start{speed}; see docs/metrics.md, Drift"
+    return f"values: the mean of {trial.runs} runs of this config, as measured"
 
 
 def _confirmed_line(trial: TrialRecord, attrs: dict[str, Any]) -> str:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.bench import METRIC_NAMES
-from autotune.drift import at_start, study_drift
 from autotune.export import default_choice
 from autotune.selection import pareto_front, study_objectives
 from autotune.status import FAILURE_KINDS
@@ -39,7 +38,6 @@ COLUMNS: tuple[str, ...] = (
     "device_s",
     "host",
     "devices",
-    "host_speed",
 )
 NESTED: tuple[str, ...] = ("params", "metrics", "spread")
 PREFIXES = {"params": "param.", "metrics": "metric.", "spread": "spread."}
@@ -51,12 +49,9 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def trial_row(
-    t: TrialRecord, on_front: bool = False, host_speed: float | None = None
-) -> dict[str, Any]:
+def trial_row(t: TrialRecord, on_front: bool = False) -> dict[str, Any]:
     """One trial as a JSON-ready dict: the COLUMNS, then `params`, `metrics` (every name of
-    METRIC_COLUMNS, None where not measured, then any other stored one) and `spread`.
-    `host_speed`: the drift correction selection applies to it (None: as measured)."""
+    METRIC_COLUMNS, None where not measured, then any other stored one) and `spread`."""
     metrics = {name: _finite(t.metrics.get(name)) for name in METRIC_COLUMNS}
     metrics.update({k: _finite(v) for k, v in t.metrics.items() if k not in metrics})
     return {
@@ -72,7 +67,6 @@ def trial_row(
         "device_s": _finite(t.device_s),
         "host": t.worker.get("host"),
         "devices": t.worker.get("devices"),
-        "host_speed": host_speed,
         "params": {k: _finite(v) for k, v in t.params.items()},
         "metrics": metrics,
         "spread": {k: _finite(v) for k, v in t.spread.items()},
@@ -83,11 +77,7 @@ def trial_rows(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> list[di
     """Every trial of a study as `trial_row` dicts, in trial order; `on_front` is membership
     of the feasible Pareto front of the study's objectives."""
     front = {t.number for t in pareto_front(records, study_objectives(attrs))}
-    drift = study_drift(records)
-    return [
-        trial_row(t, t.number in front, at_start(t, drift).speed)
-        for t in sorted(records, key=lambda t: t.number)
-    ]
+    return [trial_row(t, t.number in front) for t in sorted(records, key=lambda t: t.number)]
 
 
 def flat_columns(rows: Sequence[dict[str, Any]]) -> list[str]:

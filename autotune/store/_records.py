@@ -71,7 +71,6 @@ class TrialRecord(BaseModel):
     measured_at: float | None = None
     remeasure_of: int | None = None
     runs: int = 1  # measured runs of its config merged into this record (autotune.drift)
-    speed: float | None = None  # the host's speed at its run(s), relative to the study's start
 
     def conservative(self, name: str, direction: str) -> float:
         """The metric made worse by its spread over repeated runs (`median - spread` for a

@@ -1,27 +1,21 @@
-"""When the search runs its incumbent again, and the sampler that sees the drift corrected.
+"""When the search runs its incumbent again.
 
-One measurement of a config is one draw of a noisy host: a run-to-run spread of a few percent,
-and a speed that drifts over the study (26% over half an hour on this project's 2-core host).
-A config measured late looks worse than one of the same truth measured early; a lucky run
-looks better than it is. So, with `remeasure` on (auto: a goal search), after each launched
-trial the study may queue its incumbent (the best feasible config by the first objective, as
+One measurement of a config is one draw of a noisy host: on this project's 2-core host one
+config's throughput over fresh engines spreads 0.14-0.21 (sd of log, benchmarks/verdicts.py),
+and the host's speed drifts over a study. A lucky run looks better than it is. So, with
+`remeasure` on (auto: a goal search at a fixed load), after each launched trial the study may
+queue its incumbent (the best feasible config by the first objective, as
 `autotune.drift.compared` sees it; while none is feasible, the one closest to the
-constraints: a host that slowed down can be why) to run again, as a trial of role
-`remeasure`, an anchor:
+constraints) to run again, as a trial of role `remeasure`:
 
 - once `STARTUP` trials were launched (the baseline and the sampler's random start), then
-  every `EVERY` launches, so that anchors span the study (a drift fitted on early anchors
-  only is extrapolated over the later trials, and it underestimated a 26% drift by half);
-- in the budget's last slot, where two or more trials ran since the last anchor;
+  every `EVERY` launches, so that the re-measures span the study;
+- in the budget's last slot, where two or more trials ran since the last one;
 - never more than `SHARE` of the budget, never while another queued trial waits.
 
-Re-measuring every new incumbent at once (against a lucky run) was measured too and spent
-the budget early: docs/benchmarks.md has both.
-
-Its runs then tell the host's drift apart from the configs (`autotune.drift.fit_drift`);
-selection compares every config as at the study's start, its runs merged, and the sampler
-(`autotune.study._told`) is told the corrected objective values.
-benchmarks/sim measures what this buys (docs/benchmarks.md).
+Selection merges a config's runs (mean metrics; autotune.drift), so the incumbent's value is
+the mean of its runs, not its luckiest. Values are never corrected for drift: autotune.drift
+says why, and the confirm step pairs its rounds instead.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from autotune.space import SearchSpace, memory_order
 from autotune.spec import Objective, TuneSpec
 from autotune.study._design import LatinStart
 from autotune.study._guided import GuidedSampler
-from autotune.study._remeasure import remeasure_on
 from autotune.study._slos import pending
 from autotune.study._told import ToldSampler
 
@@ -67,10 +66,9 @@ def make_sampler(
     if isinstance(sampler, optuna.samplers.RandomSampler):
         return sampler  # it reads nothing of the study
     slos = [*spec.slos, *pending(spec)]  # a relative SLO is a constraint once fixed
-    if not remeasure_on(spec) and not slos:
-        return sampler  # without repeats and SLOs it would be told the stored values
-    # Told the values as at the study's start, SLO constraints on a log scale (see `_told`).
-    return ToldSampler(sampler, [o.metric for o in told_objectives(spec)], slos)
+    if not slos:
+        return sampler  # without SLOs it would be told the stored values
+    return ToldSampler(sampler, slos)  # SLO constraints on a log scale (see `_told`)
 
 
 def _base_sampler(spec: TuneSpec, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:

@@ -32,9 +32,11 @@ def test_auto_is_gp_for_goal_and_tpe_for_pareto() -> None:
     space = load_space("cpu-quick")
     assert sampler_name(spec()) == "gp"
     goal = make_sampler(spec(), space)
-    assert isinstance(goal, ToldSampler) and isinstance(goal.base, optuna.samplers.GPSampler)
+    assert isinstance(goal, optuna.samplers.GPSampler)  # no SLO: told the values as measured
+    slo = make_sampler(spec(slos={"p99_ttft_ms": 500}), space)
+    assert isinstance(slo, ToldSampler) and isinstance(slo.base, optuna.samplers.GPSampler)
     pareto = make_sampler(spec(search="pareto"), space)
-    assert isinstance(pareto, optuna.samplers.TPESampler)  # no re-measures: told as measured
+    assert isinstance(pareto, optuna.samplers.TPESampler)
     assert isinstance(base(make_sampler(spec(sampler="guided"), space)), GuidedSampler)
     random = make_sampler(spec(sampler="random", remeasure="off"), space)
     assert isinstance(random, optuna.samplers.RandomSampler)
