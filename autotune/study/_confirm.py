@@ -259,10 +259,13 @@ def _verdict(
         return best, f"trial {best} (no baseline measured: no gain to report)"
     span = _span(paired)
     if not base_ok:
-        missed = _missed(stats.get(str(base), {}))
+        mine = stats.get(str(base), {})
+        if mine.get("holds"):  # it held them where it ran, but failed to run in a round
+            return best, f"trial {best}: your defaults did not run in every round{span}"
+        missed = _missed(mine)
         return (
             best,
-            f"trial {best}: your defaults miss {missed} over the rounds, it holds them{span}",
+            f"trial {best}: your defaults miss {missed} over the rounds; it holds them{span}",
         )
     low, high = paired.get("low"), paired.get("high")
     if low is not None and low > 0:

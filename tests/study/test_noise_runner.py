@@ -232,6 +232,14 @@ def test_a_candidate_wins_where_the_defaults_miss_an_absolute_slo() -> None:
     assert "your defaults miss p99_ttft_ms over the rounds" in result["gain"]["verdict"]
 
 
+def test_defaults_that_failed_a_round_are_not_said_to_miss_an_slo() -> None:
+    runs = runs_of({1: [120, 121, 119], 0: [100, 100, 100]})
+    runs[4] = ConfirmRun(1, 0, "crash", None, 1.0)  # the baseline's engine failed in round 2
+    result = evaluate(runs, [1, 0], "maximize", 0, 3, Bounds(absolute={"p99_ttft_ms": 100.0}))
+    assert result["winner"] == 1
+    assert "your defaults did not run in every round" in result["gain"]["verdict"]
+
+
 def test_gain_is_an_interval_and_zero_inside_it_is_no_gain() -> None:
     clear = gain(runs_of({1: [110, 111, 112], 0: [100, 100, 101]}), 1, 0, "maximize")
     assert clear["low"] > 0
