@@ -1,5 +1,5 @@
-"""A sampler that hands every call to another: the base of the study's sampler wrappers
-(`_told.ToldSampler`, `_bracket.BracketSampler`), which override only what they change."""
+"""A sampler that hands every call to another: the base of the study's sampler wrapper
+(`_told.ToldSampler`), which overrides only what it changes."""
 
 from __future__ import annotations
 
