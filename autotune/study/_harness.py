@@ -72,7 +72,8 @@ class Harness:
     run at once. Setting `cancel` stops every lane as Ctrl-C does. `requests_per_run`: the
     measured requests of one benchmark run (early stopping counts them). `host`: this worker's
     host as trials record it. `baseline_measure`: the baseline's device work, where it differs
-    (`BASELINE_RUNS` benchmark runs on its one engine; None: `measure`).
+    (with SLOs relative to it, `BASELINE_RUNS` benchmark runs on its one engine; None:
+    `measure`).
     """
 
     spec: TuneSpec
@@ -181,7 +182,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     # The baseline's p99s fix the bounds relative to it: the median of BASELINE_RUNS runs, not
     # one p99 of a small workload, which is about its largest sample (docs/metrics.md).
     base_plan = plan
-    if plan.capacity is None and plan.scenario != "offline":
+    if spec.relative_slos and plan.capacity is None and plan.scenario != "offline":
         base_plan = dataclasses.replace(plan, repeats=max(plan.repeats, BASELINE_RUNS))
 
     def measure_baseline(
