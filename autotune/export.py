@@ -134,7 +134,7 @@ def _confirmed_line(trial: TrialRecord, attrs: dict[str, Any]) -> str:
         f"±{readable(mine.get('spread') or 0.0)} over {rounds} alternating rounds"
     )
     if confirm.get("winner") == trial.number:
-        line += f"; verdict: {(confirm.get('gain') or {}).get('verdict', '?')}"
+        line += f"; verdict: {verdict}"
     return line
 
 
