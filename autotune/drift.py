@@ -1,22 +1,14 @@
 """A host whose speed drifts during a study: why the values stay as the engine measured them,
 and one config's repeated runs merged.
 
-The engine is the measure of its host. A shared host's speed drifts (this project's 2-core
-host: up to 26% over half an hour), so a config measured late can look worse than one of the
-same truth measured early. Two corrections were built and measured on the real engine beside
-other work (benchmarks/verdicts.py, docs/benchmarks.md "Verdicts") and removed in stop 30:
-
-- a speed probe timed before each benchmark, the trial's values divided by its reading: it
-  widened one config's repeated-throughput spread from 0.138 to 0.252 (sd of log);
-- a drift fitted on re-measured configs (piecewise linear in time, log space), applied at the
-  strength held-out re-measures confirmed: over 24 rounds of fresh engines it narrowed the
-  spread of one config's held-out runs overall (0.184 to 0.176) but widened it in quiet rounds
-  (0.144 to 0.156) and beside a normal-priority busy loop (0.210 to 0.212).
-
-So no value is corrected. Drift is handled by design instead: the search re-measures its
-incumbent (autotune.study._remeasure), whose runs are merged here (mean metrics) so a lucky
-run weighs less, and the confirm step (autotune.study._confirm) re-measures its candidates
-and the baseline in interleaved rounds and compares them paired, round by round.
+The engine is the measure of its host. A speed probe timed before each benchmark and a drift
+fitted on re-measured configs were both built, measured on the real engine beside other work
+and removed: neither made one config's repeated runs agree better in every background
+condition (docs/benchmarks.md, "Verdicts"; docs/metrics.md, "Drift"). So no value is
+corrected. Drift is handled by design instead: the search re-measures its incumbent
+(autotune.study._remeasure), whose runs are merged here (mean metrics) so a lucky run weighs
+less, and the confirm step (autotune.study._confirm) re-measures its candidates and the
+baseline in interleaved rounds and compares them paired, round by round.
 
 `compared` is what selection and the sampler compare: every trial as measured, the runs of one
 config merged into the record of its first trial (`runs` counts them). Pure functions over

@@ -178,10 +178,17 @@ def signature(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def study_row(name: str, records: Sequence[TrialRecord], attrs: dict[str, Any]) -> StudyRow:
+def study_row(
+    name: str,
+    records: Sequence[TrialRecord],
+    attrs: dict[str, Any],
+    best: TrialRecord | None = None,
+) -> StudyRow:
+    """A study as the studies list shows it; `best`: the trial export writes, where the caller
+    has it (else chosen here: one answer everywhere)."""
     metric, direction = study_objectives(attrs)[0]
     kinds = [outcome(t) for t in records]
-    best = default_choice(records, attrs)  # one answer: the trial export writes
+    best = best or default_choice(records, attrs)
     return StudyRow(
         name=name,
         model=str(attrs.get("model") or ""),
@@ -246,20 +253,24 @@ def y_options(objectives: Sequence[tuple[str, str]]) -> list[Objective]:
 
 def winner(
     study: str, records: Sequence[TrialRecord], attrs: dict[str, Any]
-) -> tuple[Winner | None, str]:
-    """The trial `autotune export` picks by default, or why there is none."""
+) -> tuple[TrialRecord | None, Winner | None, str]:
+    """The trial `autotune export` picks by default, what it writes, or why there is none."""
     try:
         chosen, how = choose_export(records, attrs)
     except SelectionError as exc:
-        return None, str(exc).split(";")[0]
+        return None, None, str(exc).split(";")[0]
     text = render_export(study, chosen, attrs, export_name(study, chosen.number), how)
-    return Winner(
-        number=chosen.number,
-        how=how,
-        description=chosen.description,
-        yaml=text.yaml,
-        command=text.command,
-    ), ""
+    return (
+        chosen,
+        Winner(
+            number=chosen.number,
+            how=how,
+            description=chosen.description,
+            yaml=text.yaml,
+            command=text.command,
+        ),
+        "",
+    )
 
 
 def export_name(study: str, number: int) -> str:
@@ -312,7 +323,7 @@ def study_view(catalog: Catalog, name: str) -> StudyView:
     front = {t.number for t in pareto_front(records, objectives)}
     base = baseline(records)
     base_number = base.number if base else None
-    chosen, why_none = winner(name, records, attrs)
+    picked, chosen, why_none = winner(name, records, attrs)
     win_number = chosen.number if chosen else None
     slos = {k: float(v) for k, v in (attrs.get("slos") or {}).items()}
     options = y_options(objectives)
@@ -335,7 +346,7 @@ def study_view(catalog: Catalog, name: str) -> StudyView:
     }
     columns = list(dict.fromkeys([first[0], *LATENCY_Y]))
     return StudyView(
-        row=study_row(name, records, attrs),
+        row=study_row(name, records, attrs, picked),
         storage=redact(store.url),
         objectives=[Objective(metric=m, direction=d, label=metric_label(m)) for m, d in objectives],
         slos=slos,

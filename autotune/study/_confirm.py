@@ -1,12 +1,12 @@
 """The confirm step: re-measure the best candidates and the baseline, side by side, and say
 plainly whether anything beats the defaults.
 
-One run can crown the wrong config on a noisy host (measured here: a config drifted 26% over
-half an hour; one config's throughput over 12 fresh engines beside other work: 0.138 sd of
-log). After the budget, the top `top` feasible configs other than the baseline (by their
-conservative primary objective) and the baseline are each measured again, `rounds` times, in
-alternating order (A B base, then base B A, ...), each on a fresh engine, so that drift hits
-every candidate alike. The values are the engine's, as measured: no correction.
+One run can crown the wrong config on a noisy host (docs/benchmarks.md, "Verdicts", has this
+host's run-to-run spread over fresh engines). After the budget, the top `top` feasible configs
+other than the baseline (by their conservative primary objective) and the baseline are each
+measured again, `rounds` times, in alternating order (A B base, then base B A, ...), each on a
+fresh engine, so that drift hits every candidate alike. The values are the engine's, as
+measured: no correction.
 
 - **SLOs are judged per round, then over rounds.** A bound relative to the baseline
   (`--slo p99_ttft_ms=baseline*1.2`) is, in each round, the factor times what the baseline

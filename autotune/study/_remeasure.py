@@ -1,12 +1,11 @@
 """When the search runs its incumbent again.
 
-One measurement of a config is one draw of a noisy host: on this project's 2-core host one
-config's throughput over fresh engines spreads 0.14-0.21 (sd of log, benchmarks/verdicts.py),
-and the host's speed drifts over a study. A lucky run looks better than it is. So, with
-`remeasure` on (auto: a goal search at a fixed load), after each launched trial the study may
-queue its incumbent (the best feasible config by the first objective, as
-`autotune.drift.compared` sees it; while none is feasible, the one closest to the
-constraints) to run again, as a trial of role `remeasure`:
+One measurement of a config is one draw of a noisy host (docs/benchmarks.md, "Verdicts", has the
+spread over fresh engines), and the host's speed drifts over a study. A lucky run looks better
+than it is. So, with `remeasure` on (auto: a goal search at a fixed load), after each launched
+trial the study may queue its incumbent (the best feasible config by the first objective, as
+`autotune.drift.compared` sees it; while none is feasible, the one closest to the constraints)
+to run again, as a trial of role `remeasure`:
 
 - once `STARTUP` trials were launched (the baseline and the sampler's random start), then
   every `EVERY` launches, so that the re-measures span the study;

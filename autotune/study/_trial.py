@@ -225,7 +225,7 @@ class TrialRunner:
     def _judge(self, study: optuna.Study, trial: Trial) -> Judge | None:
         """Early stopping for this trial (with `prune`): against the front as it is now.
         Never for the baseline (what users run today is measured in full), a re-measure (it
-        runs a front config again, for the drift: judged against itself it would be cut short
+        runs a front config again to average its runs: judged against itself it would be cut short
         on a slower host) nor a capacity search (its levels are its own search)."""
         spec = self.spec
         total = self.harness.requests_per_run
