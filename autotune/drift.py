@@ -11,8 +11,10 @@ less, and the confirm step (autotune.study._confirm) re-measures its candidates 
 baseline in interleaved rounds and compares them paired, round by round.
 
 `compared` is what selection and the sampler compare: every trial as measured, the runs of one
-config merged into the record of its first trial (`runs` counts them). Pure functions over
-stored trials.
+config merged into the record of its first trial (`runs` counts them). `noise` is what those
+repeated runs show of the host: the spread of one config's fresh engines, per metric, which
+`autotune.selection` keeps an exported config's SLOs clear of. Pure functions over stored
+trials.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from autotune.store import TrialRecord
 
@@ -66,3 +69,38 @@ def _merged(group: list[TrialRecord]) -> TrialRecord:
 def _mean(values: list[float]) -> float:
     finite = [v for v in values if math.isfinite(v)]
     return statistics.fmean(finite) if finite else math.nan
+
+
+@dataclass(frozen=True)
+class Noise:
+    """One metric's run-to-run noise as this study measured it: the pooled standard deviation
+    of the log of one run over the configs that ran more than once (`sd`), and the degrees of
+    freedom it rests on (`df`: runs less one per config)."""
+
+    sd: float
+    df: int
+
+
+def noise(trials: Sequence[TrialRecord], names: Iterable[str]) -> dict[str, Noise]:
+    """Each metric of `names` whose run-to-run noise the study measured: from the configs with
+    two or more measured runs (each run a fresh engine: re-measures, warm-start repeats), the
+    pooled sd of log. A metric no config measured twice (finite and positive) is left out."""
+    groups: dict[str, list[TrialRecord]] = {}
+    for t in trials:
+        if t.measured:
+            groups.setdefault(config_key(t), []).append(t)
+    out = {}
+    for name in names:
+        squares, df = 0.0, 0
+        for group in groups.values():
+            logs = [
+                math.log(v) for v in (t.metric(name) for t in group) if v > 0 and math.isfinite(v)
+            ]
+            if len(logs) < 2:
+                continue
+            mean = statistics.fmean(logs)
+            squares += sum((x - mean) ** 2 for x in logs)
+            df += len(logs) - 1
+        if df > 0:
+            out[name] = Noise(math.sqrt(squares / df), df)
+    return out

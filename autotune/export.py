@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,16 +10,19 @@ from typing import Any
 
 import yaml
 
-from autotune.drift import compared
+from autotune.drift import Noise, compared, noise
 from autotune.engine import config_file_mapping, env_file_text
 from autotune.host import hardware_line, serve_command
 from autotune.numbers import readable
 from autotune.selection import (
     CONFIRM_ATTR,
+    MARGIN_Z,
+    NOT_SLOS,
     SelectionError,
     closest,
     confirmed_winner,
     describe_slos,
+    margin,
     miss_text,
     misses,
     pareto_front,
@@ -58,7 +62,9 @@ def choose_export(
     else the confirmed winner when the study has one, else max-throughput. Raises
     SelectionError when nothing fits, InfeasibleError when nothing is feasible (unless
     `allow_infeasible`: then the measured trial closest to the constraints). Picks compare
-    configs as `autotune.drift.compared` does: as measured, a config's runs merged."""
+    configs as `autotune.drift.compared` does: as measured, a config's runs merged, and keep
+    their SLOs clear of the noise the study's repeated runs measured (`selection.pick`)."""
+    measured = slo_noise(records)
     if number is None:
         records = compared(records)
     if allow_infeasible and number is None:
@@ -71,8 +77,30 @@ def choose_export(
         number, how = winner, CONFIRMED
     else:
         how = f"trial {number}" if number is not None else f"pick {rule or 'max-throughput'}"
-    chosen = pick(records, study_objectives(attrs), rule or "", number)
+    chosen = pick(records, study_objectives(attrs), rule or "", number, measured)
+    if how.startswith("pick "):
+        how += margin_text(chosen, measured)
     return chosen, how
+
+
+def slo_noise(records: Sequence[TrialRecord]) -> dict[str, Noise]:
+    """The run-to-run noise of each SLO's metric, from the study's repeated runs."""
+    names = {n for t in records for n in t.constraints if n not in NOT_SLOS}
+    return noise(records, sorted(names))
+
+
+def margin_text(chosen: TrialRecord, measured: dict[str, Noise]) -> str:
+    """How the pick's SLOs stand against the measured noise, for its header (empty without
+    an SLO whose noise was measured)."""
+    clear = margin(chosen, measured)
+    if clear == math.inf:
+        return ""
+    if clear >= MARGIN_Z:
+        return f"; its SLOs hold by {clear:.1f} sd of the noise measured"
+    return (
+        f"; within the noise measured of an SLO bound ({clear:.1f} sd): no config held "
+        f"them by {MARGIN_Z:.1f} sd, so it may miss one on another run"
+    )
 
 
 def default_choice(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> TrialRecord | None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from autotune.drift import Noise
 from autotune.numbers import readable
 from autotune.spec import DEFAULT_OBJECTIVES
 from autotune.store import TrialRecord
@@ -22,6 +23,10 @@ BASIS_ATTR = "slo_basis"  # what a baseline-relative bound came from: {factor, b
 # host (+-5% on this project's), so no single measurement could tell them apart.
 TIE = 0.02
 NOT_SLOS = ("failed", "oom", "error_rate")  # the constraints that are not an SLO's
+# How far inside an SLO bound a picked config must measure, in sd of the mean of its runs: a
+# config whose true value sits at its bound measures this far inside it 1 time in 10
+# (one-sided 90%, normal quantile).
+MARGIN_Z = 1.2816
 
 
 class SelectionError(Exception):
@@ -67,19 +72,47 @@ def pareto_front(
     return sorted(front, key=lambda t: -t.metric("output_throughput"))
 
 
+def margin(trial: TrialRecord, noise: Mapping[str, Noise]) -> float:
+    """How far inside its tightest SLO bound `trial` measured, in sd of the mean of its runs
+    (`-log(measured / bound) / (sd / sqrt(runs))`): inf where no SLO's noise was measured."""
+    out = math.inf
+    for name, c in trial.constraints.items():
+        if name in NOT_SLOS or name not in noise or noise[name].sd <= 0 or c <= -1:
+            continue
+        out = min(out, -math.log1p(c) / (noise[name].sd / math.sqrt(trial.runs)))
+    return out
+
+
+def clear_of_noise(
+    trials: Sequence[TrialRecord], noise: Mapping[str, Noise]
+) -> list[TrialRecord] | None:
+    """The feasible trials that hold every SLO by `MARGIN_Z` sd of their noise (a pick among
+    them does not flip to a config that truly misses one); None where none does, or where no
+    feasible trial has an SLO whose noise was measured (nothing to hold a margin against)."""
+    feasible = [t for t in trials if t.feasible]
+    if not any(margin(t, noise) < math.inf for t in feasible):
+        return None
+    held = [t for t in feasible if margin(t, noise) >= MARGIN_Z]
+    return held or None
+
+
 def pick(
     trials: Sequence[TrialRecord],
     objectives: Sequence[tuple[str, str]],
     how: str = "max-throughput",
     number: int | None = None,
+    noise: Mapping[str, Noise] | None = None,
 ) -> TrialRecord:
     """The trial to export: by number, or by a rule over the feasible Pareto front.
 
     Rules compare conservative values: a metric made worse by its spread over the trial's
-    repeated runs (the metric itself for a single run), so a lucky run does not win."""
+    repeated runs (the metric itself for a single run), so a lucky run does not win. With the
+    study's measured `noise`, the front is that of the trials whose SLOs hold clear of it
+    (`clear_of_noise`), where any do."""
     if number is not None:
         return _by_number(trials, number)
-    front = pareto_front(trials, objectives)
+    pool = clear_of_noise(trials, noise or {}) or trials
+    front = pareto_front(pool, objectives)
     if not front:
         near = closest(trials)
         if near is None:
@@ -92,7 +125,7 @@ def pick(
     how = how or "max-throughput"
     if how == "max-throughput":
         best = max(front, key=lambda t: t.conservative("output_throughput", "maximize"))
-        return with_headroom(best, trials, objectives[0])
+        return with_headroom(best, pool, objectives[0])
     if how == "min-ttft":
         return min(front, key=lambda t: t.conservative("p99_ttft_ms", "minimize"))
     if how == "min-tpot":

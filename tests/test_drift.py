@@ -3,10 +3,13 @@ search re-measures its incumbent (autotune.study._remeasure)."""
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import pytest
 
 from autotune import store as keys
-from autotune.drift import compared
+from autotune.drift import Noise, compared, noise
 from autotune.export import choose_export, header_lines
 from autotune.store import TrialRecord
 from autotune.study._remeasure import EVERY, STARTUP, target
@@ -52,6 +55,26 @@ def test_repeated_runs_are_merged_and_never_corrected_for_drift() -> None:
     lines = header_lines("s", seen[0], {}, "pick max-throughput")
     assert "values: the mean of 3 runs of this config, as measured" in lines
     assert not any(line.startswith("values:") for line in header_lines("s", seen[2], {}, "p"))
+
+
+def test_noise_is_the_pooled_spread_of_the_configs_that_ran_more_than_once() -> None:
+    # Config 8 ran three times, config 16 twice, config 32 once (it tells nothing of noise).
+    trials = [
+        run(0, 8, 100.0, 0.0),
+        run(1, 16, 90.0, 10.0),
+        run(2, 8, 110.0, 20.0),
+        run(3, 32, 500.0, 30.0),
+        run(4, 8, 95.0, 40.0),
+        run(5, 16, 80.0, 50.0),
+        run(6, 16, 1.0, 60.0).model_copy(update={"status": "failed"}),  # not a run
+    ]
+    logs8 = [math.log(v) for v in (100.0, 110.0, 95.0)]
+    logs16 = [math.log(v) for v in (90.0, 80.0)]
+    squares = sum((x - statistics.fmean(g)) ** 2 for g in (logs8, logs16) for x in g)
+    got = noise(trials, ["output_throughput", "p99_ttft_ms"])
+    assert got == {"output_throughput": Noise(pytest.approx(math.sqrt(squares / 3)), 3)}
+    assert noise(trials[:4], ["output_throughput"])["output_throughput"].df == 1
+    assert noise([trials[0], trials[1], trials[3]], ["output_throughput"]) == {}  # no repeat
 
 
 def launched(n: int) -> list[TrialRecord]:
