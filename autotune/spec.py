@@ -6,7 +6,6 @@ Nothing below the CLI parses strings or reads the environment: it receives a Tun
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,12 +34,18 @@ from autotune.engine import (
     DEFAULT_OFFLINE_COMMAND,
     is_known_option,
     normalize_option,
+    option_value_problem,
     suggest_option,
 )
-from autotune.spec_errors import describe_spec_error
+from autotune.spec_errors import SpecError, describe_spec_error
+from autotune.spec_flags import parse_relative
 from autotune.store import default_storage_url
+from autotune.yamlfile import load_yaml
 
 Direction = Literal["maximize", "minimize"]
+# More trials than a study could ever launch (a year of 30-second trials): a larger count is
+# a typo, and Optuna and the slot table would hold it in memory.
+MAX_TRIALS = 1_000_000
 
 DEFAULT_OBJECTIVES: tuple[tuple[str, Direction], ...] = (
     ("output_throughput", "maximize"),
@@ -59,10 +64,6 @@ CAPACITY_OBJECTIVES: tuple[tuple[str, Direction], ...] = (
     ("p99_ttft_ms", "minimize"),
     ("p99_tpot_ms", "minimize"),
 )
-
-
-class SpecError(Exception):
-    """A tuning spec is invalid; the message is one line meant for the user."""
 
 
 class Objective(BaseModel):
@@ -115,6 +116,8 @@ class EngineSpec(BaseModel):
             hint = None if is_known_option(name) else suggest_option(name)
             if hint is not None:
                 raise ValueError(f"unknown vLLM option '{name}' (did you mean '{hint}'?)")
+            if (problem := option_value_problem(name, options[name])) is not None:
+                raise ValueError(f"{name}: {problem}")
         return options
 
     @field_validator("command", "offline_command")
@@ -176,7 +179,9 @@ class TuneSpec(BaseModel):
         default_factory=lambda: [Objective(metric=m, direction=d) for m, d in DEFAULT_OBJECTIVES]
     )
     max_error_rate: float = Field(default=0.0, ge=0, le=1, description="Above it: infeasible")
-    trials: int = Field(default=8, ge=1, description="Measured trials in the study, in all")
+    trials: int = Field(
+        default=8, ge=1, le=MAX_TRIALS, description="Measured trials in the study, in all"
+    )
     search: Literal["goal", "pareto"] = Field(
         default="goal",
         description="goal: search for the first objective under the constraints (every "
@@ -341,6 +346,23 @@ class TuneSpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _served_name(self) -> TuneSpec:
+        """`served_model_name` given as an engine option is the name clients send: the spec's
+        own field, so that the load client asks for the name the engine serves."""
+        served = self.engine.options.pop("served_model_name", None)
+        if isinstance(served, list):
+            served = served[0] if served else None
+        if served is None:
+            return self
+        if self.served_model_name not in (None, str(served)):
+            raise ValueError(
+                f"served_model_name {self.served_model_name!r} and the engine option "
+                f"served_model_name={served!r} differ: give it once"
+            )
+        self.served_model_name = str(served)
+        return self
+
+    @model_validator(mode="after")
     def _capacity_needs_slos(self) -> TuneSpec:
         names = {o.metric for o in self.objectives} | set(self.slos)
         if "peak_memory_gib" in names and self.scenario != "offline":
@@ -386,67 +408,6 @@ class TuneSpec(BaseModel):
         return self.served_model_name or Path(self.model).name or self.model
 
 
-def parse_pairs(items: list[str], what: str) -> dict[str, float]:
-    """`["p99_ttft_ms=2000", ...]` -> `{"p99_ttft_ms": 2000.0}`."""
-    out: dict[str, float] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise SpecError(f"{what} {item!r}: expected NAME=NUMBER, e.g. p99_ttft_ms=2000")
-    return out
-
-
-RELATIVE_SYNTAX = "baseline*FACTOR"
-
-
-def parse_slos(items: list[str], what: str = "--slo") -> tuple[dict[str, float], dict[str, float]]:
-    """`["p99_ttft_ms=2000", "p99_tpot_ms=baseline*1.2"]` -> the absolute bounds and the
-    baseline-relative factors: `({"p99_ttft_ms": 2000.0}, {"p99_tpot_ms": 1.2})`."""
-    absolute: list[str] = []
-    relative: dict[str, float] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if sep and value.strip().startswith("baseline"):
-            relative[key.strip()] = parse_relative(f"{what} {item!r}", value)
-        else:
-            absolute.append(item)
-    return parse_pairs(absolute, what), relative
-
-
-def parse_relative(where: str, text: str) -> float:
-    """`baseline*1.2` -> 1.2 (`baseline` alone: 1.0). Raises SpecError naming `where`."""
-    rest = text.strip().removeprefix("baseline").strip()
-    if not rest:
-        return 1.0
-    factor = rest.removeprefix("*").strip()
-    try:
-        value = float(factor) if rest.startswith("*") else math.nan
-    except ValueError:
-        value = math.nan
-    if not value > 0:
-        raise SpecError(
-            f"{where}: expected {RELATIVE_SYNTAX} with a factor > 0, e.g. "
-            "p99_tpot_ms=baseline*1.2 (at most 20% above the baseline's own value)"
-        )
-    return value
-
-
-def parse_objectives(items: list[str]) -> list[dict[str, str]]:
-    """`["output_throughput:max", "p99_ttft_ms:min"]` -> objective dicts."""
-    out = []
-    for item in items:
-        metric, _, direction = item.partition(":")
-        full = {"max": "maximize", "min": "minimize"}.get(direction, direction)
-        if full not in ("maximize", "minimize"):
-            raise SpecError(f"--objective {item!r}: expected METRIC:max or METRIC:min")
-        out.append({"metric": metric, "direction": full})
-    return out
-
-
 def load_spec(
     path: Path | None, overrides: dict[str, Any], defaults: dict[str, Any] | None = None
 ) -> TuneSpec:
@@ -471,7 +432,7 @@ def load_spec(
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
     except OSError as exc:
         raise SpecError(f"{path}: cannot read spec: {exc.strerror}") from None
     except yaml.MarkedYAMLError as exc:

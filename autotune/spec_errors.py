@@ -16,6 +16,10 @@ from pydantic import BaseModel, ValidationError
 from autotune.wording import did_you_mean, plain_message, shown
 
 
+class SpecError(Exception):
+    """A tuning spec is invalid; the message is one line meant for the user."""
+
+
 def describe_spec_error(
     exc: ValidationError,
     path: Path | None,

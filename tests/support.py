@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from typer.testing import Result
 
 from autotune.engine import LaunchSettings
 
@@ -67,3 +68,14 @@ def fresh_postgres() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def one_error_line(result: Result, code: int = 2) -> str:
+    """The single `error: ...` line of a failed command, with no traceback anywhere."""
+    assert result.exit_code == code, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from autotune.bench import RandomWorkload
-from autotune.spec import SpecError, TuneSpec, load_spec, parse_objectives, parse_pairs
+from autotune.spec import SpecError, TuneSpec, load_spec
+from autotune.spec_flags import parse_objectives, parse_pairs
 
 SPEC_YAML = """\
 study: from-file

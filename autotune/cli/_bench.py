@@ -37,7 +37,7 @@ from autotune.cli._common import (
     err_console,
     parse_load_client,
 )
-from autotune.spec import parse_pairs
+from autotune.spec_flags import parse_pairs
 from autotune.wording import did_you_mean
 
 

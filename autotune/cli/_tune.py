@@ -35,7 +35,8 @@ from autotune.cli._render import (
 )
 from autotune.devices import DevicePool, format_device_list
 from autotune.engine import DEFAULT_COMMAND
-from autotune.spec import TuneSpec, load_spec, parse_objectives, parse_slos
+from autotune.spec import TuneSpec, load_spec
+from autotune.spec_flags import parse_objectives, parse_slos
 from autotune.store import StudyStore, redact
 from autotune.study import (
     SPEC_ATTR,
@@ -307,12 +308,17 @@ def parse_parallel(value: str) -> int | str:
 def _options(items: list[str]) -> dict[str, Any]:
     import yaml
 
+    from autotune.yamlfile import load_yaml
+
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise InputError(f"--option {item!r}: expected KEY=VALUE, e.g. max_model_len=1024")
-        out[key] = yaml.safe_load(value)
+        try:
+            out[key] = load_yaml(value)
+        except yaml.YAMLError:
+            raise InputError(f"--option {item!r}: {value!r} is not a YAML value") from None
     return out
 
 

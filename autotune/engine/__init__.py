@@ -53,6 +53,7 @@ from autotune.engine._options import (
     is_known_option,
     known_options,
     normalize_option,
+    option_value_problem,
     suggest_option,
     yaml_key,
 )
@@ -137,6 +138,7 @@ __all__ = [
     "launch",
     "normalize_option",
     "option_argv",
+    "option_value_problem",
     "parse_ascend_version",
     "parse_facts",
     "parse_serve_script",

@@ -10,6 +10,7 @@ import ast
 import difflib
 import importlib.util
 import logging
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -59,6 +60,66 @@ def suggest_option(name: str) -> str | None:
     """The closest known option name, for a 'did you mean' hint."""
     matches = difflib.get_close_matches(normalize_option(name), known_options(), n=1)
     return matches[0] if matches else None
+
+
+# The kind of value an option takes, for the options the tuner itself reads (its memory
+# estimate, batch rules and sizing) and vLLM's common switches: a fixed value of another kind
+# fails inside the tuner or the engine, so it is refused up front. Options not named here take
+# what vLLM takes (a mapping for its `*_config` options, a list for `served_model_name`).
+WHOLE_NUMBER_OPTIONS = frozenset(
+    {
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "kv_cache_memory_bytes",
+        "block_size",
+        "max_cudagraph_capture_size",
+        "num_gpu_blocks_override",
+        "max_num_partial_prefills",
+        "long_prefill_token_threshold",
+        "seed",
+    }
+)
+NUMBER_OPTIONS = frozenset({"gpu_memory_utilization", "swap_space", "cpu_offload_gb"})
+SWITCH_OPTIONS = frozenset(
+    {
+        "enforce_eager",
+        "enable_prefix_caching",
+        "enable_chunked_prefill",
+        "trust_remote_code",
+        "disable_log_stats",
+        "async_scheduling",
+        "enable_expert_parallel",
+        "disable_custom_all_reduce",
+    }
+)
+# A value holding a flag of its own: `--option "max_model_len=64 --enforce-eager"`.
+_FLAG_IN_VALUE = re.compile(r"(^|\s)--?[A-Za-z]")
+
+
+def option_value_problem(name: str, value: object) -> str | None:
+    """Why `value` cannot be option `name`'s (None where it can): a string holding another
+    flag, or a value of the wrong kind for an option listed above. None (null) always can:
+    it leaves vLLM's default."""
+    if value is None:
+        return None
+    if isinstance(value, str) and _FLAG_IN_VALUE.search(value):
+        return f"{value!r} holds a flag: give each vLLM option its own --option KEY=VALUE"
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if name in WHOLE_NUMBER_OPTIONS and not whole:
+        return f"{_shown(value)} is not a whole number (e.g. {name}=1024)"
+    if name in NUMBER_OPTIONS and not (whole or isinstance(value, float)):
+        return f"{_shown(value)} is not a number"
+    if name in SWITCH_OPTIONS and not isinstance(value, bool):
+        return f"{_shown(value)} is not true or false"
+    return None
+
+
+def _shown(value: object) -> str:
+    return f"a {type(value).__name__}" if isinstance(value, dict | list) else repr(value)
 
 
 def cli_flag(name: str) -> str:

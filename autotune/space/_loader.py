@@ -20,6 +20,7 @@ from autotune.space._host import HostFacts, restrict_to_host
 from autotune.space._params import PARAMETER_TYPES, CategoricalParam, Issue
 from autotune.space._space import SearchSpace
 from autotune.wording import plain_message
+from autotune.yamlfile import load_yaml
 
 # The shipped spaces are package data (`search_spaces/` at the repository root links here).
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
@@ -143,7 +144,7 @@ def _relative_to_cwd(path: Path) -> Path:
 
 def _read_yaml(file: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = load_yaml(file.read_text(encoding="utf-8"))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -29,7 +29,7 @@ from autotune.store._records import (
     TrialRecord,
     study_records,
 )
-from autotune.store._slots import TrialSlots
+from autotune.store._slots import TrialSlots, lowest_free
 from autotune.store._storage import (
     OPTUNA_TABLES,
     NoStudiesError,
@@ -76,6 +76,7 @@ __all__ = [
     "TrialRecord",
     "TrialSlots",
     "default_storage_url",
+    "lowest_free",
     "redact",
     "sqlite_tables",
     "storage_errors",

@@ -27,6 +27,18 @@ _slots = sa.Table(
 )
 
 
+def lowest_free(held: Iterable[int], budget: int) -> int | None:
+    """The lowest slot of 1..budget not in `held`, or None; in the time of the slots held,
+    whatever the budget."""
+    slot = 1
+    for taken in sorted(held):
+        if taken == slot:
+            slot += 1
+        elif taken > slot:
+            break
+    return slot if slot <= budget else None
+
+
 class TrialSlots:
     """The slots of one study. Safe to share between threads; each call is one transaction."""
 
@@ -58,17 +70,17 @@ class TrialSlots:
             for slot, number in held.items():
                 if number == trial_number:
                     return slot
-            free = [slot for slot in range(1, budget + 1) if slot not in held]
-            if not free:
+            free = lowest_free(held, budget)
+            if free is None:
                 return None
             try:
                 with self._engine.begin() as conn:
                     conn.execute(
                         sa.insert(_slots).values(
-                            study_id=self._study_id, slot=free[0], trial_number=trial_number
+                            study_id=self._study_id, slot=free, trial_number=trial_number
                         )
                     )
-                return free[0]
+                return free
             except sa.exc.IntegrityError:
                 continue  # another worker took it first: look again
 

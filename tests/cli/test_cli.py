@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import yaml
+from support import one_error_line
 from typer.testing import Result
 
 from autotune.engine import EngineConfig, LaunchSettings, launch
@@ -21,17 +22,6 @@ if TYPE_CHECKING:
 
 Invoke = Callable[..., Result]
 TuneArgv = Callable[..., list]
-
-
-def one_error_line(result: Result, code: int = 2) -> str:
-    """The single `error: ...` line of a failed command, with no traceback anywhere."""
-    assert result.exit_code == code, result.output
-    assert isinstance(result.exception, SystemExit)
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    return lines[0]
 
 
 def header(path: Path) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import one_error_line
 
 from autotune.store import StudyStore
 from cli.conftest import invoke, tune_args
-from cli.test_cli import one_error_line
 
 
 def test_cost_per_mtok_is_measured_and_minimized(tiny_model: Path, tmp_path: Path) -> None:

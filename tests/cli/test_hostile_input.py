@@ -1,0 +1,110 @@
+"""Input that passed validation and then failed deep inside (issue 32), run in-process: each is
+one `error:` line, exit 2, and nothing is created under the root. Plus the option that must
+change what the load client asks for (`served_model_name`), on the fake engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support import one_error_line
+from typer.testing import Result
+
+from autotune.spec import MAX_TRIALS
+from autotune.store import StudyStore, lowest_free
+
+Invoke = Callable[..., Result]
+TuneArgv = Callable[..., list]
+
+SPEC = """\
+study: hostile
+model: {model}
+space: cpu-quick
+workload: random:input=32,output=8,prompts=8,warmup=1
+load: {{rate: 100}}
+root: {root}
+"""
+
+
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        (["--trials", "100000000000"], f"--trials 100000000000: expected a number <= {MAX_TRIALS}"),
+        (["--option", "max_model_len=64 --enforce-eager"], "give each vLLM option its own"),
+        (["--option", "max_model_len=--help"], "'--help' holds a flag"),
+        (["--option", "max_model_len=1k"], "max_model_len: '1k' is not a whole number"),
+        (["--option", "enforce_eager=yes"], "enforce_eager: 'yes' is not true or false"),
+        (["--option", "x=[unclosed"], "'[unclosed' is not a YAML value"),
+    ],
+    ids=[
+        "trials-huge",
+        "option-two-flags",
+        "option-help",
+        "option-1k",
+        "option-yes",
+        "option-yaml",
+    ],
+)
+def test_a_flag_that_failed_deep_inside_is_one_line(
+    cli: Invoke, tune_argv: TuneArgv, tmp_path: Path, flags: list[str], names: str
+) -> None:
+    line = one_error_line(cli(*tune_argv("hostile", *flags)))
+    assert names in line
+    assert not (tmp_path / "studies").exists()
+
+
+@pytest.mark.parametrize(
+    ("more", "names"),
+    [
+        ("trials: 99999999999999999999999999\n", "trials"),
+        ("trials: 2\nsampler: random\ntrials: 50\n", "duplicate key 'trials' (first on line 7)"),
+        ("trials: yes\n", "trials"),
+        ("engine:\n  options: {max_num_seqs: {a: 1}}\n", "max_num_seqs: a dict is not a whole"),
+        ("engine:\n  options: {enable_prefix_caching: on}\n", "'on' is not true or false"),
+        (
+            "served_model_name: a\nengine:\n  options: {served_model_name: b}\n",
+            "served_model_name 'a' and the engine option served_model_name='b' differ",
+        ),
+    ],
+    ids=["trials-huge", "duplicate-key", "trials-yes", "option-mapping", "option-on", "two-names"],
+)
+def test_a_spec_that_failed_deep_inside_is_one_line(
+    cli: Invoke, tiny_model: Path, tmp_path: Path, more: str, names: str
+) -> None:
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(SPEC.format(model=tiny_model, root=tmp_path / "studies") + more)
+    line = one_error_line(cli("tune", "--spec", spec))
+    assert names in line
+    assert not (tmp_path / "studies").exists()
+
+
+def test_a_space_with_a_key_given_twice_is_refused(cli: Invoke, tmp_path: Path) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "parameters:\n  - {name: max_num_seqs, type: int, low: 8, high: 128, low: 64,"
+        " baseline: 64}\n"
+    )
+    line = one_error_line(cli("spaces", "validate", space))
+    assert "duplicate key 'low'" in line
+
+
+def test_the_load_client_asks_for_the_name_the_engine_serves(
+    cli: Invoke, tune_argv: TuneArgv, tmp_path: Path
+) -> None:
+    # `--option served_model_name=X` makes the engine serve X; the client used to ask for the
+    # model folder's name and every trial failed with HTTP 404 (the fake engine answers 404
+    # for a name it does not serve, as vLLM does).
+    result = cli(*tune_argv("named", "--trials", "1", "--option", "served_model_name=tiny-x"))
+    assert result.exit_code == 0, result.output
+    store = StudyStore(f"sqlite:///{tmp_path / 'studies' / 'named' / 'study.db'}")
+    (trial,) = store.trials("named")
+    assert trial.status == "ok", trial.reason
+    assert trial.config["served-model-name"] == "tiny-x"
+
+
+def test_the_lowest_free_slot_takes_no_memory_for_a_large_budget() -> None:
+    assert lowest_free({}, MAX_TRIALS) == 1
+    assert lowest_free({1: 0, 2: 1, 4: 3}, MAX_TRIALS) == 3
+    assert lowest_free({1: 0, 2: 1}, 2) is None
+    assert lowest_free({3: 0}, 10**30) == 1  # would be a list of 10**30 slots before
