@@ -132,9 +132,10 @@ class SearchSpace(BaseModel):
         options = dict(self.fixed)
         env = dict(self.env)
         derived: list[tuple[tuple[str, ...], str]] = []
+        active = self.active_names(params)
         for param in self.parameters:
             value = params[param.name]
-            if not param.active(params):
+            if param.name not in active:
                 continue
             if isinstance(param, CategoricalParam) and param.variants:
                 _apply_overrides(options, self.variants[value])
@@ -151,11 +152,35 @@ class SearchSpace(BaseModel):
             resolve(options, path, name)
         return options, env
 
+    def active_names(self, params: dict[str, Any]) -> set[str]:
+        """The parameters set for `params` (`only_if`), judged on what the engine gets: a
+        parameter whose condition names one that is itself not set sees that one at its
+        baseline, as `effective` does. (Validation refuses `only_if` cycles.)"""
+        seen: dict[str, Any] = {}  # name -> its effective value, once decided
+        active: set[str] = set()
+        pending = [p for p in self.parameters if p.name in params]
+        while pending:
+            left = []
+            for p in pending:
+                needs = p.only_if or {}
+                if any(k not in seen and k in params for k in needs):
+                    left.append(p)
+                    continue
+                if all(seen.get(k, params.get(k)) in values for k, values in needs.items()):
+                    active.add(p.name)
+                seen[p.name] = params[p.name] if p.name in active else p.baseline_value()
+            if len(left) == len(pending):  # a cycle (refused by validation): as written
+                active |= {p.name for p in left if p.active(params)}
+                break
+            pending = left
+        return active
+
     def effective(self, params: dict[str, Any]) -> dict[str, Any]:
         """`params` with every parameter that is not set for them (`only_if`) at its baseline:
         two proposals that differ only there launch the same engine."""
+        active = self.active_names(params)
         return {
-            p.name: params[p.name] if p.active(params) else p.baseline_value()
+            p.name: params[p.name] if p.name in active else p.baseline_value()
             for p in self.parameters
             if p.name in params
         }
@@ -224,9 +249,12 @@ class SearchSpace(BaseModel):
         )
 
     def describe(self, params: dict[str, Any]) -> str:
-        """A one-line human form: `max_num_seqs=64 kv_cache_mib=1024 ...`."""
+        """A one-line human form: `max_num_seqs=64 kv_cache_mib=1024 ...`; a parameter not
+        set for `params` (`only_if`) is left out: the label is what the engine gets."""
+        inactive = set(self.names) - self.active_names(params)
         order = self.names + [k for k in params if k not in self.names]
-        return " ".join(f"{k}={format_value(params[k])}" for k in order if k in params)
+        shown = [k for k in order if k in params and k not in inactive]
+        return " ".join(f"{k}={format_value(params[k])}" for k in shown)
 
     def _check_params(self, params: dict[str, Any]) -> None:
         missing = [n for n in self.names if n not in params]
@@ -334,6 +362,11 @@ def _only_if_issues(space: SearchSpace) -> list[Issue]:
             if other is None or other is p:
                 issues.append((_param_path(i, "only_if"), f"no other parameter named '{name}'"))
                 continue
+            cycle = _cycle_from(p.name, by_name)
+            if cycle:
+                message = f"only_if goes round in a cycle: {' -> '.join(cycle)}"
+                issues.append((_param_path(i, "only_if"), message))
+                return issues
             wrong = [v for v in values if not other.contains(v)]
             if not values:
                 issues.append((_param_path(i, "only_if"), f"no value of '{name}' is listed"))
@@ -341,6 +374,25 @@ def _only_if_issues(space: SearchSpace) -> list[Issue]:
                 message = f"'{name}' cannot be {format_value(wrong[0])}"
                 issues.append((_param_path(i, "only_if"), message))
     return issues
+
+
+def _cycle_from(start: str, by_name: dict[str, Parameter]) -> list[str]:
+    """The names of an `only_if` cycle through `start` (`[a, b, a]`), or []."""
+    path = [start]
+
+    def walk(name: str) -> bool:
+        for dep in (by_name[name].only_if or {}) if name in by_name else {}:
+            if dep == start:
+                path.append(dep)
+                return True
+            if dep not in path and dep in by_name:
+                path.append(dep)
+                if walk(dep):
+                    return True
+                path.pop()
+        return False
+
+    return path if walk(start) else []
 
 
 def _fixed_conflict_issues(space: SearchSpace) -> list[Issue]:

@@ -148,6 +148,14 @@ CASES = {
         " option: speculative_config.num_speculative_tokens, only_if: {method: [eagle]}}",
         r"parameters\[1\]\.only_if: 'method' cannot be eagle",
     ),
+    "only_if_cycle": (
+        "parameters:\n  - {name: enable_prefix_caching, type: bool, baseline: true,"
+        " only_if: {enable_chunked_prefill: [true]}}\n"
+        "  - {name: enable_chunked_prefill, type: bool, baseline: true,"
+        " only_if: {enable_prefix_caching: [true]}}",
+        r"parameters\[0\]\.only_if: only_if goes round in a cycle: enable_prefix_caching -> "
+        r"enable_chunked_prefill -> enable_prefix_caching",
+    ),
     "dotted_and_fixed_dict": (
         "fixed: {compilation_config: {cudagraph_capture_sizes: [1, 2]}}\nparameters:\n"
         "  - {name: g, option: compilation_config.cudagraph_mode, type: categorical,"

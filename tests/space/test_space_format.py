@@ -127,6 +127,47 @@ def test_keys_of_one_dict_option_merge_and_only_if_leaves_a_value_out(
     assert used == {"speculative_config"}
 
 
+CHAIN = """
+parameters:
+  - name: method
+    type: categorical
+    option: speculative_config.method
+    choices: [null, ngram]
+    baseline: null
+  - name: tokens
+    type: int
+    option: speculative_config.num_speculative_tokens
+    low: 1
+    high: 5
+    baseline: 3
+    only_if: {method: [ngram]}
+  - name: lookup
+    type: int
+    option: speculative_config.prompt_lookup_max
+    low: 2
+    high: 8
+    baseline: 5
+    only_if: {tokens: [4, 5]}
+"""
+
+
+def test_only_if_follows_a_chain_and_the_label_is_what_the_engine_gets(
+    write_space: WriteSpace,
+) -> None:
+    # `lookup` is set only with tokens 4-5, and `tokens` only with ngram: without a method,
+    # tokens=5 never reaches the engine, so neither does lookup, and the label says neither.
+    space = load_space(write_space(CHAIN))
+    off = {"method": None, "tokens": 5, "lookup": 8}
+    assert space.active_names(off) == {"method"}
+    assert space.to_engine(off)[0] == {}
+    assert space.describe(off) == "method=null"
+    assert space.effective(off) == space.baseline_params()
+    on = {"method": "ngram", "tokens": 5, "lookup": 8}
+    assert space.describe(on) == "method=ngram tokens=5 lookup=8"
+    assert space.to_engine(on)[0]["speculative_config"]["prompt_lookup_max"] == 8
+    assert space.describe(on | {"tokens": 2}) == "method=ngram tokens=2"
+
+
 def test_to_engine_rejects_missing_unknown_and_invalid_params(write_space: WriteSpace) -> None:
     space = load_space(write_space(BASE))
     params = space.baseline_params()
