@@ -6,6 +6,7 @@ Nothing below the CLI parses strings or reads the environment: it receives a Tun
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +33,7 @@ from autotune.bench import (
 from autotune.engine import (
     DEFAULT_COMMAND,
     DEFAULT_OFFLINE_COMMAND,
+    env_name_problem,
     is_known_option,
     normalize_option,
     option_value_problem,
@@ -120,11 +122,23 @@ class EngineSpec(BaseModel):
                 raise ValueError(f"{name}: {problem}")
         return options
 
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if (problem := env_name_problem(name)) is not None:
+                raise ValueError(problem)
+        return value
+
     @field_validator("command", "offline_command")
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be empty")
+        try:
+            shlex.split(value)
+        except ValueError as exc:  # "No closing quotation"
+            raise ValueError(f"cannot be split into words: {str(exc).lower()}") from None
         return value
 
 

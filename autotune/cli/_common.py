@@ -23,7 +23,7 @@ from autotune.store import (
     StudyStore,
     default_storage_url,
 )
-from autotune.study import StudyError
+from autotune.study import StudyError, StudyMismatch
 
 
 def _console(stderr: bool = False) -> Console:
@@ -52,6 +52,7 @@ INPUT_ERRORS: tuple[type[Exception], ...] = (
     WorkloadError,
     StorageError,
     SelectionError,
+    StudyMismatch,
 )
 
 

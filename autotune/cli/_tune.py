@@ -281,7 +281,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     if flags["objective"]:
         out["objectives"] = parse_objectives(flags["objective"])
     engine: dict[str, Any] = {}
-    if flags["engine_command"]:
+    if flags["engine_command"] is not None:
         engine["command"] = flags["engine_command"]
     if flags["option"]:
         engine["options"] = _options(flags["option"])

@@ -3,6 +3,7 @@
 from autotune.engine._args import (
     config_file_mapping,
     env_file_text,
+    env_name_problem,
     from_yaml_dict,
     option_argv,
     to_argv,
@@ -124,6 +125,7 @@ __all__ = [
     "default_cores",
     "engine_tuner",
     "env_file_text",
+    "env_name_problem",
     "failure_headline",
     "failure_signature",
     "fatal_failure",

@@ -7,6 +7,7 @@ is exactly what is exported.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
@@ -107,6 +108,18 @@ def to_argv(config: EngineConfig) -> list[str]:
             continue
         argv += option_argv(name, config.args[name])
     return argv
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why `name` cannot be an environment variable's name (None where it can): a process
+    environment splits `A=B=C` at its first `=`, and a shell's `. FILE` runs a line it cannot
+    read as an assignment."""
+    if _ENV_NAME.fullmatch(name):
+        return None
+    return f"{name!r} is not a variable name (letters, digits and _, not starting with a digit)"
 
 
 def env_file_text(env: dict[str, str]) -> str:

@@ -22,7 +22,7 @@ from optuna.distributions import (
 from optuna.trial import BaseTrial
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
-from autotune.engine import normalize_option
+from autotune.engine import env_name_problem, normalize_option
 from autotune.space._derived import DERIVED
 
 # The value a launcher replaces with the cores given to the trial (e.g. "0-3" or "0|1").
@@ -94,6 +94,13 @@ class _ParamBase(BaseModel):
     @classmethod
     def _normalize_option(cls, value: str | None) -> str | None:
         return normalize_option(value) if value is not None else None
+
+    @field_validator("env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and (problem := env_name_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
 
     @property
     def target_option(self) -> str | None:

@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from autotune.engine import is_known_option, normalize_option, suggest_option
+from autotune.engine import env_name_problem, is_known_option, normalize_option, suggest_option
 from autotune.space._bounds import range_issues
 from autotune.space._derived import resolve
 from autotune.space._errors import SpaceError
@@ -84,6 +84,9 @@ class SearchSpace(BaseModel):
     def _env_strings(cls, value: Any) -> Any:
         if not isinstance(value, dict):
             return value
+        for name in value:
+            if (problem := env_name_problem(str(name))) is not None:
+                raise ValueError(problem)
         return {
             k: env_string(v) if isinstance(v, bool | int | float) else v for k, v in value.items()
         }

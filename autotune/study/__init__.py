@@ -6,7 +6,7 @@ pure functions over stored trials, for readers that need none of this machinery.
 """
 
 from autotune.study._confirm import Confirmer
-from autotune.study._errors import StudyError
+from autotune.study._errors import StudyError, StudyMismatch
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
 from autotune.study._gate import Gate, Proposal, SkipRule, Verdict
 from autotune.study._harness import (
@@ -58,6 +58,7 @@ __all__ = [
     "PruneRule",
     "SkipRule",
     "StudyError",
+    "StudyMismatch",
     "StudyResult",
     "StudyRunner",
     "TrialFinished",

@@ -5,3 +5,7 @@ from __future__ import annotations
 
 class StudyError(Exception):
     """The study cannot go on; the message says why, for the user."""
+
+
+class StudyMismatch(StudyError):
+    """The study exists with other settings than the command gives: bad input (exit 2)."""

@@ -19,7 +19,7 @@ from autotune.space import SpaceError
 from autotune.spec import SpecError, TuneSpec
 from autotune.status import TrialStatus
 from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url
-from autotune.study._errors import StudyError
+from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness, model_ref
 from autotune.study._search import make_sampler, told_objectives
 
@@ -92,10 +92,21 @@ def _check_same_experiment(harness: Harness, study: optuna.Study) -> None:
     stored.setdefault("relative_slos", {})  # a study of an older version had none
     for key, value in _jsonable(_experiment(harness)).items():
         if key in stored and stored[key] != value:
-            raise StudyError(
-                f"study {harness.spec.study!r} was run with {key} {stored[key]!r}, not "
-                f"{value!r}; its trials would not be comparable: use another --study name"
+            raise StudyMismatch(
+                f"study {harness.spec.study!r} was run with {key} {_difference(stored[key], value)}"
+                "; its trials would not be comparable: give the same settings, or use another "
+                "--study name"
             )
+
+
+def _difference(stored: Any, given: Any) -> str:
+    """`input=32, not input=64`: only the keys of a setting that differ."""
+    if not (isinstance(stored, dict) and isinstance(given, dict)):
+        return f"{stored!r}, not {given!r}"
+    keys = [k for k in {**stored, **given} if stored.get(k) != given.get(k)]
+    was = ", ".join(f"{k}={stored.get(k)!r}" for k in keys)
+    now = ", ".join(f"{k}={given.get(k)!r}" for k in keys)
+    return f"{was}, not {now}"
 
 
 def _check_same_search(spec: TuneSpec, stored: dict[str, Any]) -> None:
@@ -104,7 +115,7 @@ def _check_same_search(spec: TuneSpec, stored: dict[str, Any]) -> None:
     objectives = stored.get("objectives") or []
     searched = stored.get("search") or ("pareto" if len(objectives) > 1 else spec.search)
     if searched != spec.search:
-        raise StudyError(
+        raise StudyMismatch(
             f"study {spec.study!r} was run with --search {searched}: continue it with "
             f"--search {searched}, or use another --study name"
         )

@@ -89,7 +89,7 @@ def test_a_space_with_a_key_given_twice_is_refused(cli: Invoke, tmp_path: Path) 
     assert "duplicate key 'low'" in line
 
 
-def test_the_load_client_asks_for_the_name_the_engine_serves(
+def test_the_load_client_asks_for_the_name_the_engine_serves_and_the_study_keeps_it(
     cli: Invoke, tune_argv: TuneArgv, tmp_path: Path
 ) -> None:
     # `--option served_model_name=X` makes the engine serve X; the client used to ask for the
@@ -101,6 +101,12 @@ def test_the_load_client_asks_for_the_name_the_engine_serves(
     (trial,) = store.trials("named")
     assert trial.status == "ok", trial.reason
     assert trial.config["served-model-name"] == "tiny-x"
+    # The same study with another workload: bad input, one line naming what differs.
+    argv = tune_argv("named", "--trials", "2", "--option", "served_model_name=tiny-x")
+    argv[argv.index("--workload") + 1] = "random:input=64,output=8,prompts=8,warmup=1"
+    line = one_error_line(cli(*argv))
+    assert "study 'named' was run with workload input=32, not input=64;" in line
+    assert len(store.trials("named")) == 1
 
 
 def test_the_lowest_free_slot_takes_no_memory_for_a_large_budget() -> None:
@@ -108,3 +114,37 @@ def test_the_lowest_free_slot_takes_no_memory_for_a_large_budget() -> None:
     assert lowest_free({1: 0, 2: 1, 4: 3}, MAX_TRIALS) == 3
     assert lowest_free({1: 0, 2: 1}, 2) is None
     assert lowest_free({3: 0}, 10**30) == 1  # would be a list of 10**30 slots before
+
+
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        (["--engine-command", ""], "--engine-command '': must not be empty"),
+        (["--engine-command", "python 'x"], "cannot be split into words: no closing quotation"),
+    ],
+    ids=["empty", "unbalanced-quote"],
+)
+def test_an_engine_command_that_cannot_run_is_one_line(
+    cli: Invoke, tune_argv: TuneArgv, tmp_path: Path, flags: list[str], names: str
+) -> None:
+    # An empty command silently meant the default (real vLLM) before.
+    line = one_error_line(cli(*tune_argv("hostile", "--trials", "1", *flags)))
+    assert names in line
+    assert not (tmp_path / "studies").exists()
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        "parameters:\n  - {name: x, type: int, low: 1, high: 8, baseline: 2, env: 'A=B'}\n",
+        "env: {'A=B': '1'}\nparameters:\n  - {name: max_num_seqs, type: int, low: 1, high: 8,"
+        " baseline: 2}\n",
+    ],
+    ids=["parameter", "fixed"],
+)
+def test_an_environment_variable_name_with_equals_is_refused(
+    cli: Invoke, tmp_path: Path, space: str
+) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text(space)
+    assert "'A=B' is not a variable name" in one_error_line(cli("spaces", "validate", path))

@@ -45,7 +45,7 @@ def test_a_study_continues_only_with_its_own_search(tiny_model: Path, tmp_path: 
     assert first.exit_code == 0, first.output
     before = len(_store(tmp_path, "c").trials("c"))
     again = invoke(*tune_args(tiny_model, tmp_path, "c", "--trials", "2"))  # the default: goal
-    assert again.exit_code == 1
+    assert again.exit_code == 2  # bad input: the study exists with another search
     lines = [line for line in again.output.splitlines() if line.strip()]
     assert lines[-1] == (
         "error: study 'c' was run with --search pareto: continue it with --search pareto, "
