@@ -190,7 +190,8 @@ class TuneSpec(BaseModel):
         "once the baseline is measured and kept with the study",
     )
     objectives: list[Objective] = Field(
-        default_factory=lambda: [Objective(metric=m, direction=d) for m, d in DEFAULT_OBJECTIVES]
+        default_factory=lambda: [Objective(metric=m, direction=d) for m, d in DEFAULT_OBJECTIVES],
+        min_length=1,
     )
     max_error_rate: float = Field(default=0.0, ge=0, le=1, description="Above it: infeasible")
     trials: int = Field(

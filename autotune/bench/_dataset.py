@@ -24,6 +24,12 @@ def read_dataset(path: Path, output: int | None) -> list[RequestSpec]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise WorkloadError(f"cannot read dataset {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise WorkloadError(
+            f"{path}: line {line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); "
+            "a dataset is UTF-8 JSON"
+        ) from None
     items = _json_list(text, path) if text.lstrip().startswith("[") else _json_lines(text, path)
     specs = []
     for where, item in items:

@@ -114,11 +114,12 @@ def storage_url(study: str, storage: str | None, root: Path) -> str:
     return storage or default_storage_url(root, study)
 
 
-def open_store(study: str, storage: str | None, root: Path) -> StudyStore:
-    """The store of an existing study, for commands that read it (or join it)."""
+def open_store(study: str, storage: str | None, root: Path, read_only: bool = False) -> StudyStore:
+    """The store of an existing study, for commands that read it (`read_only`: and never
+    write it) or join it."""
     url = storage_url(study, storage, root)
     try:
-        return StudyStore(url, create=False, settings=store_settings())
+        return StudyStore(url, create=False, settings=store_settings(), read_only=read_only)
     except NoStudiesError as exc:
         raise NoStudiesError(f"no study named {study!r}: {exc}") from None
 

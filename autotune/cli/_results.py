@@ -34,7 +34,7 @@ def show(
 ) -> None:
     """Print the study's Pareto front (or every trial) with its measurements."""
     with cli_errors():
-        store = open_store(study, storage, root)
+        store = open_store(study, storage, root, read_only=True)
         records = store.trials(study)
         attrs = store.study_attrs(study)
         if output_format is Format.TABLE:
@@ -77,7 +77,7 @@ def export(
     with cli_errors():
         if output.is_dir():
             raise InputError(f"-o {output}: is a folder; name the YAML file, e.g. -o best.yaml")
-        store = open_store(study, storage, root)
+        store = open_store(study, storage, root, read_only=True)
         attrs = store.study_attrs(study)
         records = store.trials(study)
         chosen, how = choose_export(records, attrs, pick_rule, trial, allow_infeasible)

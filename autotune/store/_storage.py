@@ -106,6 +106,24 @@ def _read_only(url: str, engine_kwargs: dict[str, Any]) -> str:
     return url
 
 
+def _plain_sqlite(url: str, read_only: bool) -> str:
+    """A SQLite URL without `?mode=ro`, which the store applies itself where a command opens
+    it read-only (`_read_only`); elsewhere it is refused rather than ignored (it used to be,
+    and the database was written)."""
+    if not url.startswith("sqlite:///") or "?" not in url:
+        return url
+    parsed = sqlalchemy.engine.make_url(url)
+    query = dict(parsed.query)
+    if query.pop("mode", None) == "ro" and not read_only:
+        raise StorageError(
+            f"storage {redact(url)}: ?mode=ro asks for a read-only database, which this "
+            "command writes to; drop ?mode=ro (show, export and studies open it read-only "
+            "themselves)"
+        )
+    rest = "&".join(f"{k}={v}" for k, v in query.items())
+    return f"sqlite:///{parsed.database or ''}" + (f"?{rest}" if rest else "")
+
+
 def redact(url: str) -> str:
     """The URL without its password."""
     try:
@@ -172,6 +190,7 @@ class StudyStore:
         `create=False`): no table is created and the connection cannot write (an SQLite file
         opened read-only, a PostgreSQL session of read-only transactions)."""
         create = create and not read_only
+        url = _plain_sqlite(url, read_only)
         self.url = url
         self.settings = settings or StoreSettings()
         # Optuna's RDBStorage creates its tables in whatever it opens, so what is there is

@@ -203,3 +203,8 @@ def test_jsonl_errors(tmp_path: Path) -> None:
     bad.write_text('{"prompt": "a"}\n')
     with pytest.raises(WorkloadError, match=r"line 1.*output_tokens"):
         build_requests(JsonlWorkload(path=bad), "x")
+    bad.write_bytes(
+        b'{"prompt": "a", "output_tokens": 1}\n{"prompt": "hi \xff", "output_tokens": 1}\n'
+    )
+    with pytest.raises(WorkloadError, match=r"bad.jsonl: line 2: not UTF-8 text \(byte 0xff\)"):
+        build_requests(JsonlWorkload(path=bad), "x")

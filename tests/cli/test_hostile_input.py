@@ -4,8 +4,10 @@ change what the load client asks for (`served_model_name`), on the fake engine."
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from support import one_error_line
@@ -13,6 +15,9 @@ from typer.testing import Result
 
 from autotune.spec import MAX_TRIALS
 from autotune.store import StudyStore, lowest_free
+
+if TYPE_CHECKING:
+    from tests.cli.conftest import Tuned
 
 Invoke = Callable[..., Result]
 TuneArgv = Callable[..., list]
@@ -61,13 +66,17 @@ def test_a_flag_that_failed_deep_inside_is_one_line(
         ("trials: 2\nsampler: random\ntrials: 50\n", "duplicate key 'trials' (first on line 7)"),
         ("trials: yes\n", "trials"),
         ("engine:\n  options: {max_num_seqs: {a: 1}}\n", "max_num_seqs: a dict is not a whole"),
+        ("objectives: []\n", "objectives"),
         ("engine:\n  options: {enable_prefix_caching: on}\n", "'on' is not true or false"),
         (
             "served_model_name: a\nengine:\n  options: {served_model_name: b}\n",
             "served_model_name 'a' and the engine option served_model_name='b' differ",
         ),
     ],
-    ids=["trials-huge", "duplicate-key", "trials-yes", "option-mapping", "option-on", "two-names"],
+    ids=[
+        *("trials-huge", "duplicate-key", "trials-yes", "option-mapping", "no-objectives"),
+        *("option-on", "two-names"),
+    ],
 )
 def test_a_spec_that_failed_deep_inside_is_one_line(
     cli: Invoke, tiny_model: Path, tmp_path: Path, more: str, names: str
@@ -148,3 +157,20 @@ def test_an_environment_variable_name_with_equals_is_refused(
     path = tmp_path / "space.yaml"
     path.write_text(space)
     assert "'A=B' is not a variable name" in one_error_line(cli("spaces", "validate", path))
+
+
+def test_a_read_only_sqlite_url_is_honoured_or_refused_never_ignored(
+    cli: Invoke, tune_argv: TuneArgv, tuned: Tuned, tmp_path: Path
+) -> None:
+    # `?mode=ro` used to be ignored (the path became `study.db?mode=ro` and `tune` wrote).
+    db = tmp_path / "study.db"
+    shutil.copy(tuned.root / tuned.study / "study.db", db)
+    before = db.read_bytes()
+    url = f"sqlite:///{db}?mode=ro"
+    shown = cli("show", tuned.study, "--storage", url)
+    assert shown.exit_code == 0, shown.output
+    assert "trial" in shown.output
+    refused = one_error_line(cli(*tune_argv(tuned.study, "--storage", url)))
+    assert "?mode=ro asks for a read-only database" in refused
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.db"]
