@@ -34,7 +34,12 @@ class SelectionError(Exception):
 
 
 class InfeasibleError(SelectionError):
-    """The study has measured trials, but none meets every constraint."""
+    """The study has measured trials, but none meets every constraint; `closest` is the
+    number of the one closest to them (each command says what it can do with it)."""
+
+    def __init__(self, message: str, closest: int) -> None:
+        super().__init__(message)
+        self.closest = closest
 
 
 def study_objectives(attrs: dict[str, Any]) -> list[tuple[str, str]]:
@@ -119,8 +124,8 @@ def pick(
             raise SelectionError("no trial of this study was measured: nothing to export")
         raise InfeasibleError(
             f"no measured trial meets every constraint; the closest is trial {near.number} "
-            f"({miss_text(near) or 'error rate'}): pass --allow-infeasible to export it, or "
-            "--trial N"
+            f"({miss_text(near) or 'error rate'})",
+            near.number,
         )
     how = how or "max-throughput"
     if how == "max-throughput":

@@ -23,6 +23,7 @@ from autotune.cli._common import (
 from autotune.cli._tune import check_model, sigterm_as_interrupt
 from autotune.engine import installed_vllm_version
 from autotune.export import choose_export
+from autotune.selection import InfeasibleError
 from autotune.spec import TuneSpec, load_spec
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import (
@@ -111,7 +112,12 @@ def _chosen_trial(store: StudyStore, study: str, trial: int | None) -> int:
     if the study has one, else the max-throughput pick from the feasible Pareto front."""
     if trial is not None:
         return trial
-    chosen, _ = choose_export(store.trials(study), store.study_attrs(study))
+    try:
+        chosen, _ = choose_export(store.trials(study), store.study_attrs(study))
+    except InfeasibleError as exc:
+        raise InfeasibleError(
+            f"{exc}: profile it with --trial {exc.closest}", exc.closest
+        ) from None
     return chosen.number
 
 

@@ -11,7 +11,7 @@ from autotune.cli._common import InputError, cli_errors, console, open_store
 from autotune.cli._render import print_front
 from autotune.cli._table import Format, rows_csv, rows_json
 from autotune.export import choose_export, export_trial
-from autotune.selection import PICKS
+from autotune.selection import PICKS, InfeasibleError
 from autotune.trial_data import flat_columns, flat_row, trial_rows
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
@@ -80,7 +80,11 @@ def export(
         store = open_store(study, storage, root, read_only=True)
         attrs = store.study_attrs(study)
         records = store.trials(study)
-        chosen, how = choose_export(records, attrs, pick_rule, trial, allow_infeasible)
+        try:
+            chosen, how = choose_export(records, attrs, pick_rule, trial, allow_infeasible)
+        except InfeasibleError as exc:
+            hint = f"pass --allow-infeasible to export it, or --trial {exc.closest}"
+            raise InfeasibleError(f"{exc}: {hint}", exc.closest) from None
         try:
             done = export_trial(study, chosen, attrs, output, how)
         except OSError as exc:

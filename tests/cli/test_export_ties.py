@@ -9,8 +9,10 @@ from pathlib import Path
 
 import optuna
 import yaml
+from typer.testing import CliRunner
 
 from autotune import store as keys
+from autotune.cli import app
 from autotune.store import StudyStore
 
 STUDY = "ties"
@@ -93,3 +95,21 @@ def test_without_repeated_runs_export_has_no_noise_to_hold_a_margin_against(
     out = tmp_path / "best.yaml"
     assert export(tmp_path, out)["max-num-seqs"] == 256
     assert "sd of the noise" not in out.read_text()
+
+
+def test_with_nothing_feasible_each_command_names_what_it_can_do(tmp_path: Path) -> None:
+    # `profile` used to suggest `--allow-infeasible`, a flag only `export` has.
+    stored_study(tmp_path, [(128, 900.0, 60.0), (256, 1000.0, 55.0)])  # both over 50 ms
+    store = StudyStore(f"sqlite:///{tmp_path / STUDY / 'study.db'}")
+    store.set_study_attr(STUDY, "spec", {"study": STUDY, "model": str(tmp_path / "m")})
+    runner = CliRunner()
+    exported = runner.invoke(app, ["export", STUDY, "--root", str(tmp_path), "-o", "x.yaml"])
+    assert exported.exit_code == 3
+    assert exported.stderr.strip().endswith(
+        "closest is trial 1 (p99_tpot_ms 55 > 50 (+10%)): pass --allow-infeasible to "
+        "export it, or --trial 1"
+    )
+    profiled = runner.invoke(app, ["profile", STUDY, "--root", str(tmp_path)])
+    assert profiled.exit_code == 3
+    assert profiled.stderr.strip().endswith(": profile it with --trial 1")
+    assert "allow-infeasible" not in profiled.stderr
