@@ -37,7 +37,7 @@ from autotune.bench._percentiles import (
     thin_percentiles,
 )
 from autotune.bench._records import RequestRecord, read_records, write_records
-from autotune.bench._requests import build_requests
+from autotune.bench._requests import build_requests, longest_request
 from autotune.bench._run import run_benchmark
 from autotune.bench._vllm_bench import (
     VllmBenchClient,
@@ -95,6 +95,7 @@ __all__ = [
     "check_installed",
     "check_workload",
     "find_capacity",
+    "longest_request",
     "median_summary",
     "min_requests",
     "parse_counters",

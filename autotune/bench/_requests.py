@@ -189,3 +189,25 @@ def _jsonl_requests(workload: JsonlWorkload) -> tuple[list[RequestSpec], list[Re
     measured = [entries[order[i % len(order)]] for i in range(count)]
     warmup = [entries[order[(count + i) % len(order)]] for i in range(workload.warmup)]
     return warmup, measured
+
+
+def longest_request(requests: list[RequestSpec], model_path: str) -> int | None:
+    """The most tokens one request needs (its prompt, counted by the model's tokenizer, plus
+    its output), or None where a text prompt cannot be counted here (no tokenizer.json)."""
+    tokenizer = None
+    if any(isinstance(r.prompt, str) for r in requests):
+        path = Path(model_path) / "tokenizer.json"
+        if not path.is_file():
+            return None
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(path))
+    longest = 0
+    for r in requests:
+        if isinstance(r.prompt, list):
+            prompt = len(r.prompt)
+        else:
+            assert tokenizer is not None
+            prompt = len(tokenizer.encode(r.prompt).ids)
+        longest = max(longest, prompt + r.max_tokens)
+    return longest

@@ -28,6 +28,7 @@ from autotune.bench import (
     WorkloadError,
     build_requests,
     check_installed,
+    longest_request,
 )
 from autotune.devices import (
     DeviceError,
@@ -124,6 +125,21 @@ def _rerun_requests(spec: TuneSpec, run: int) -> list[RequestSpec]:
     return build_requests(workload, spec.model)[1]
 
 
+def _check_fits(spec: TuneSpec, in_space: Any, requests: list[RequestSpec]) -> None:
+    """A request longer than a fixed `max_model_len` is refused by vLLM in every trial: the
+    study would measure nothing but errors, so it does not start."""
+    fixed = spec.engine.options.get("max_model_len", in_space)
+    if not isinstance(fixed, int) or isinstance(fixed, bool):
+        return
+    longest = longest_request(requests, spec.model)
+    if longest is not None and longest > fixed:
+        raise SpecError(
+            f"workload: its longest request needs {longest} tokens (prompt + output), more "
+            f"than max_model_len={fixed}: vLLM would refuse it in every trial; shorten the "
+            "workload or raise max_model_len"
+        )
+
+
 def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None) -> Harness:
     """The harness of `spec` on this machine. `lanes=False`: one trial at a time on the host
     as a whole (no device pool; the confirm step and profiles). Raises SpecError when the
@@ -134,6 +150,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         warmup, requests = build_requests(spec.workload, spec.model)
     except WorkloadError as exc:
         raise SpecError(f"workload: {exc}") from None
+    _check_fits(spec, space.fixed.get("max_model_len"), [*warmup, *requests])
     plan = Workplan(
         warmup,
         requests,

@@ -41,6 +41,15 @@ root: {root}
         (["--option", "max_model_len=1k"], "max_model_len: '1k' is not a whole number"),
         (["--option", "enforce_eager=yes"], "enforce_eager: 'yes' is not true or false"),
         (["--option", "x=[unclosed"], "'[unclosed' is not a YAML value"),
+        (
+            [
+                "--workload",
+                "random:input=2000,output=8,prompts=4",
+                "--option",
+                "max_model_len=1024",
+            ],
+            "its longest request needs 2009 tokens (prompt + output), more than max_model_len=1024",
+        ),
     ],
     ids=[
         "trials-huge",
@@ -49,6 +58,7 @@ root: {root}
         "option-1k",
         "option-yes",
         "option-yaml",
+        "input-above-max-model-len",
     ],
 )
 def test_a_flag_that_failed_deep_inside_is_one_line(
