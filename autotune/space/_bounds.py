@@ -35,13 +35,24 @@ class OptionRange:
         above = value > self.low if self.low_open else value >= self.low
         return above and value <= self.high
 
-    def describe(self) -> str:
-        if self.high == math.inf:
-            return f"{'>' if self.low_open else '>='} {self.low:g}"
-        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+    def describe(self, value: float | None = None) -> str:
+        """The side of the range `value` falls out of (`>= 1`, `<= 2,147,483,647`), or the
+        whole range where it is a fraction's."""
+        if self.high != math.inf and self.high <= 1:
+            return f"in {'(' if self.low_open else '['}{_number(self.low)}, {_number(self.high)}]"
+        if value is not None and value > self.high:
+            return f"<= {_number(self.high)}"
+        return f"{'>' if self.low_open else '>='} {_number(self.low)}"
 
 
-_COUNT = OptionRange(1)
+def _number(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+# A count vLLM holds in an int32 (token and sequence budgets, sizes): 1e23 batched tokens was
+# passed to the engine as it was.
+_COUNT = OptionRange(1, 2**31 - 1)
+_BYTES = OptionRange(1, 2**50)  # a KV cache of up to 1 PiB
 _FRACTION = OptionRange(0, 1, low_open=True)
 _NON_NEGATIVE = OptionRange(0)
 
@@ -56,7 +67,7 @@ OPTION_RANGES: dict[str, OptionRange] = {
     "max_cudagraph_capture_size": _COUNT,
     "max_num_partial_prefills": _COUNT,
     "max_long_partial_prefills": _COUNT,
-    "kv_cache_memory_bytes": _COUNT,
+    "kv_cache_memory_bytes": _BYTES,
     "gpu_memory_utilization": _FRACTION,
     "swap_space": _NON_NEGATIVE,
     "cpu_offload_gb": _NON_NEGATIVE,
@@ -79,7 +90,7 @@ def range_issues(parameters: Sequence[Parameter]) -> list[Issue]:
                 issues.append(
                     (
                         f"parameters[{i}].{field}",
-                        f"{param.target_option} must be {bound.describe()} "
+                        f"{param.target_option} must be {bound.describe(engine)} "
                         f"(got {format_value(value)}{scaled})",
                     )
                 )

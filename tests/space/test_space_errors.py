@@ -162,6 +162,12 @@ CASES = {
         " choices: [null, FULL], baseline: null}",
         r"parameters\[0\]\.option: option 'compilation_config' is both fixed and tuned",
     ),
+    "count_above_int32": (
+        "parameters:\n  - {name: max_num_batched_tokens, type: int, low: 512,"
+        " high: 100000000000000000000000, baseline: 2048}",
+        r"parameters\[0\]\.high: max_num_batched_tokens must be <= 2,147,483,647 "
+        r"\(got 100000000000000000000000\)",
+    ),
     "count_below_one": (
         "parameters:\n  - {name: max_num_seqs, type: int, low: -8, high: 64, baseline: 8}",
         r"parameters\[0\]\.low: max_num_seqs must be >= 1 \(got -8\)",
