@@ -99,13 +99,23 @@ def parse_load_client(value: str) -> LoadClientName:
     raise InputError(f"--load-client {value!r}: expected one of: {', '.join(LOAD_CLIENTS)}")
 
 
+class PlainFormatter(logging.Formatter):
+    """A log line among the CLI's own: `warning: ...`, as the CLI writes `error: ...` (no
+    time stamp or logger name; `--verbose` shows those)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
 def setup_logging(verbose: bool) -> None:
     import optuna
 
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    if verbose:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(PlainFormatter())
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
 
 

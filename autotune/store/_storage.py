@@ -16,7 +16,9 @@ from urllib.parse import quote
 import optuna
 import sqlalchemy.exc
 from optuna.storages import BaseStorage, RDBStorage
+from optuna.trial import TrialState
 
+from autotune.status import TrialStatus
 from autotune.store._records import StudyInfo, TrialRecord, study_records
 from autotune.store._slots import TrialSlots
 
@@ -25,6 +27,7 @@ logger = logging.getLogger(__name__)
 Direction = Literal["maximize", "minimize"]
 SQLITE_TIMEOUT_S = 30.0  # how long a write waits for a locked SQLite file
 HEARTBEAT_S = 10  # a running trial's worker says it is alive this often
+GONE = "its tuner stopped (no heartbeat): the next tune of this study runs it again"
 STALE_BEATS = 6  # a trial whose worker missed this many heartbeats is taken as dead
 
 
@@ -312,9 +315,22 @@ class StudyStore:
             ]
 
     def trials(self, name: str) -> list[TrialRecord]:
+        """Every trial of study `name`; a running trial whose worker stopped beating is shown
+        as `interrupted` (its tuner is gone: the next `tune` of the study runs it again), not
+        as running."""
         study = self.load(name)
         with storage_errors(self.url):
-            return study_records(study)
+            records = study_records(study)
+            if not any(r.state == "running" for r in records):
+                return records
+            stale = self.stale_trial_ids(study)
+            gone = {
+                t.number
+                for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                if t._trial_id in stale
+            }
+        update = {"status": TrialStatus.INTERRUPTED, "reason": GONE}
+        return [r.model_copy(update=update) if r.number in gone else r for r in records]
 
     def study_attrs(self, name: str) -> dict[str, Any]:
         study = self.load(name)

@@ -5,6 +5,8 @@ change what the load client asks for (`served_model_name`), on the fake engine."
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -184,3 +186,14 @@ def test_a_read_only_sqlite_url_is_honoured_or_refused_never_ignored(
     assert "?mode=ro asks for a read-only database" in refused
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.db"]
+
+
+def test_a_logged_warning_reads_as_the_clis_own_line() -> None:
+    # `WARNING autotune.study._x: ...` with a time stamp used to sit among the CLI's lines.
+    code = (
+        "import logging; from autotune.cli._common import setup_logging; setup_logging(False); "
+        "logging.getLogger('autotune.study.x').warning('kept %d trials', 3); "
+        "logging.getLogger('autotune.study.x').info('not shown')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stderr == "warning: kept 3 trials\n"

@@ -78,6 +78,9 @@ def test_a_trial_whose_heartbeat_stopped_is_stale(store: StudyStore) -> None:
     with store.heartbeat(alive._trial_id):
         time.sleep(2.5)
         assert store.stale_trial_ids(study) == {dead._trial_id}
+        # `show` and the dashboard read the dead tuner's trial as interrupted, not running.
+        shown = {t.number: t.status for t in store.trials(study.study_name)}
+        assert shown == {alive.number: "running", dead.number: "interrupted"}
     never = study.ask()  # no heartbeat at all: not judged by heartbeat
     assert never._trial_id not in store.stale_trial_ids(study)
     assert study.get_trials(states=(TrialState.RUNNING,))
