@@ -434,13 +434,20 @@ def _ids(pool: DevicePool) -> str:
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (a scheduler, `kill`) stops the study as Ctrl-C does: engine torn down, trial
-    recorded as interrupted, summary printed."""
+    recorded as interrupted, summary printed, exit 130. From the first SIGTERM on, SIGTERM is
+    ignored (SIG_IGN, which Python's exit does not reset as it resets a handler): a scheduler's
+    second one would cut the teardown short, or kill the exiting process with 143."""
+    stopping = False
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if not stopping:
+            signal.signal(signal.SIGTERM, previous)
