@@ -12,13 +12,14 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune import layout
 from autotune import store as keys
 from autotune.host import describe_host
 from autotune.selection import pareto_front, study_objectives
 from autotune.space import SpaceError
 from autotune.spec import SpecError, TuneSpec
 from autotune.status import TrialStatus
-from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url
+from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url, redact
 from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness, model_ref
 from autotune.study._search import make_sampler, told_objectives
@@ -39,6 +40,7 @@ def open_study(
         _check_same_search(spec, store.study_attrs(spec.study))
     else:
         check_warm_start(harness, store.settings)  # a bad --warm-start creates nothing
+        _check_no_foreign_folders(spec, store)
     directions = [o.direction for o in told_objectives(spec)]
     study, created = store.create_or_load(spec.study, directions, make_sampler(spec, harness.space))
     if created:
@@ -52,6 +54,23 @@ def open_study(
         study.sampler = make_sampler(spec, harness.space, offset=offset)
     study.set_user_attr(SPEC_ATTR, _shared_spec(spec))
     return study, created
+
+
+def _check_no_foreign_folders(spec: TuneSpec, store: StudyStore) -> None:
+    """A new study's trial folders must not exist yet: ones that do hold another study's
+    runs (its database lost, or another storage's study of the same name), and trial 0 of
+    this one would write over the only measurements left of theirs."""
+    found = [d for d in spec.study_dir.glob(f"{layout.TRIAL_PREFIX}*") if d.is_dir()]
+    used = [d for d in found if any(d.iterdir())]
+    if not used:
+        return
+    measured = sum((d / layout.MEASUREMENT).is_file() for d in used)
+    raise StudyMismatch(
+        f"{spec.study_dir} holds {len(used)} trial folders ({measured} with a measurement) of "
+        f"a study that {redact(store.url)} does not know (was its database lost?): a new "
+        f"study {spec.study!r} would write over them; move the folder away, or use another "
+        "--study name"
+    )
 
 
 def _shared_spec(spec: TuneSpec) -> dict[str, Any]:

@@ -197,3 +197,19 @@ def test_a_logged_warning_reads_as_the_clis_own_line() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stderr == "warning: kept 3 trials\n"
+
+
+def test_a_study_whose_database_was_lost_never_writes_over_its_trial_folders(
+    cli: Invoke, tune_argv: TuneArgv, tmp_path: Path
+) -> None:
+    # The rerun used to start a new study at trial 0 and write into trial-0000, whose
+    # requests.jsonl, engine.log and measurement.json were all that was left.
+    assert cli(*tune_argv("lost", "--trials", "1")).exit_code == 0
+    study_dir = tmp_path / "studies" / "lost"
+    (study_dir / "study.db").unlink()
+    kept = {p: p.read_bytes() for p in (study_dir / "trial-0000").rglob("*") if p.is_file()}
+    assert (study_dir / "trial-0000" / "measurement.json") in kept
+    line = one_error_line(cli(*tune_argv("lost", "--trials", "1")))
+    assert "holds 1 trial folders (1 with a measurement) of a study that" in line
+    assert "was its database lost?" in line
+    assert {p: p.read_bytes() for p in kept} == kept
