@@ -16,3 +16,14 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from autotune.tinymodel import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_lock_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The suite's own host-wide device locks (autotune.devices._hostlock): its tuners queue
+    for each other's devices as real ones do, never for a tuner the developer runs beside."""
+    import os
+
+    folder = tmp_path_factory.mktemp("host-locks")
+    os.environ["AUTOTUNE_LOCK_DIR"] = str(folder)
+    return folder

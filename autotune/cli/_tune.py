@@ -406,6 +406,13 @@ def confirm(
         None
     ),
     root: Annotated[Path, typer.Option(help="Folder for studies")] = Path("studies"),
+    while_running: Annotated[
+        bool,
+        typer.Option(
+            "--while-running",
+            help="Confirm a study that is still being tuned (its runs queue for the devices)",
+        ),
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Re-measure a study's best configs and its baseline side by side, in alternating rounds:
@@ -415,6 +422,12 @@ def confirm(
         if top < 1 or rounds < 1:
             raise InputError("--top and --rounds must be >= 1")
         store = open_store(study, storage, root)
+        running = [t.number for t in store.trials(study) if t.status == "running"]
+        if running and not while_running:
+            raise InputError(
+                f"study {study!r} is still being tuned (trial {running[0]} is running): its "
+                "winner is not known yet; confirm it when the tune ends, or pass --while-running"
+            )
         shared = store.study_attrs(study).get(SPEC_ATTR)
         if not isinstance(shared, dict):
             raise InputError(f"study {study!r} has no stored spec: it cannot be re-measured")

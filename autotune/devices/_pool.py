@@ -9,15 +9,20 @@ of small ones waiting behind a large one that does not fit yet.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Hashable, Sequence
 from types import TracebackType
 
+from autotune.devices._hostlock import HostHold, device_keys, owner, try_hold
 from autotune.devices._inventory import Device, DeviceError, DeviceKind, Inventory, Platform
 from autotune.devices._placement import nearest_set, pair_cost
 from autotune.devices._topology import Topology
+
+logger = logging.getLogger(__name__)
+HOST_POLL_S = 0.5  # how often a lease waiting on another process's devices looks again
 
 
 class Lease:
@@ -26,10 +31,13 @@ class Lease:
     A context manager: leaving the `with` block releases it.
     """
 
-    def __init__(self, pool: DevicePool, token: int, devices: list[Device]) -> None:
+    def __init__(
+        self, pool: DevicePool, token: int, devices: list[Device], host: HostHold | None = None
+    ) -> None:
         self._pool = pool
         self.token = token
         self.devices = devices
+        self._host = host  # the same devices held against other processes on the host
 
     @property
     def ids(self) -> list[int]:
@@ -52,6 +60,8 @@ class Lease:
         return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(d.cores or "" for d in self.devices)}
 
     def release(self) -> None:
+        if self._host is not None:  # first: a waiter the pool wakes must find them free
+            self._host.release()
         self._pool.release(self)
 
     def __enter__(self) -> Lease:
@@ -83,6 +93,7 @@ class DevicePool:
         topology: Topology | None = None,
         *,
         platform: Platform | None = None,
+        host_locks: bool = True,
     ) -> None:
         if isinstance(devices, Inventory):
             self.platform: Platform = devices.platform
@@ -109,6 +120,11 @@ class DevicePool:
         self._cond = threading.Condition()
         self._queue: deque[int] = deque()
         self._tickets = itertools.count()
+        # Leases hold their devices against other processes on the host too (lock files);
+        # `owner` is what they are told holds them.
+        self.host_locks = host_locks
+        self.owner = owner()
+        self._waiting_on = ""
 
     @property
     def devices(self) -> list[Device]:
@@ -138,18 +154,52 @@ class DevicePool:
             ticket = next(self._tickets)
             self._queue.append(ticket)
             try:
-                while self._queue[0] != ticket or len(self._free) < n:
+                while True:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise TimeoutError(f"{n} devices were not free within {timeout} s")
-                    self._cond.wait(remaining)
-                ids = nearest_set(sorted(self._free), n, self._cost)
+                    if self._queue[0] != ticket or len(self._free) < n:
+                        self._cond.wait(remaining)
+                        continue
+                    held = self._hold_on_host(n)
+                    if held is not None:
+                        break
+                    # Another process on this host holds some: look again in a moment.
+                    self._cond.wait(HOST_POLL_S if remaining is None else min(remaining, 0.5))
+                ids, host = held
                 self._free.difference_update(ids)
                 self._held[ticket] = frozenset(ids)
             finally:
                 self._queue.remove(ticket)
                 self._cond.notify_all()
-        return Lease(self, ticket, [self._devices[i] for i in ids])
+        return Lease(self, ticket, [self._devices[i] for i in ids], host)
+
+    def _hold_on_host(self, n: int) -> tuple[list[int], HostHold | None] | None:
+        """The nearest n free ids that no other process on the host holds, held against them
+        (`autotune.devices._hostlock`); None where fewer than n are to be had now."""
+        if not self.host_locks:
+            return nearest_set(sorted(self._free), n, self._cost), None
+        usable, busy = [], ""
+        for i in sorted(self._free):
+            probe = try_hold(device_keys(self.platform, [self._devices[i]]), what=self.owner)
+            if isinstance(probe, str):
+                busy = busy or f"{self._devices[i].name}: {probe}"
+                continue
+            probe.release()
+            usable.append(i)
+        if len(usable) >= n:
+            ids = nearest_set(usable, n, self._cost)
+            held = try_hold(
+                device_keys(self.platform, [self._devices[i] for i in ids]), what=self.owner
+            )
+            if not isinstance(held, str):
+                self._waiting_on = ""
+                return ids, held
+            busy = held
+        if busy and busy != self._waiting_on:
+            logger.warning("waiting for devices another process on this host holds (%s)", busy)
+            self._waiting_on = busy
+        return None
 
     def release(self, lease: Lease) -> None:
         """Give a lease's devices back. Raises ValueError for a lease released already or of

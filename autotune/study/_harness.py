@@ -37,7 +37,10 @@ from autotune.devices import (
     Lease,
     device_memory,
     gpu_compute_capability,
+    host_cpu_keys,
+    owner,
     plan_lanes,
+    wait_hold,
 )
 from autotune.engine import (
     EngineConfig,
@@ -112,7 +115,11 @@ class Harness:
         pool: the host as a whole, as the trials had it."""
         config = self.engine_config(params)
         if self.pool is None:
-            yield config
+            whole = wait_hold(host_cpu_keys(), owner(), self.cancel)
+            try:
+                yield config
+            finally:
+                whole.release()
             return
         with self.pool.acquire(config.devices) as lease:
             yield self.engine_config(params, lease)

@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from autotune import layout
 from autotune import store as keys
 from autotune.bench import RequestRecord, read_records
-from autotune.devices import Lease, format_device_list
+from autotune.devices import Lease, format_device_list, host_cpu_keys, owner, wait_hold
 from autotune.engine import EngineConfig
 from autotune.selection import pareto_front
 from autotune.space import ModelInfo, SearchSpace, SpaceError
@@ -110,9 +110,11 @@ class TrialRunner:
             self._skip(study, trial, verdict)
             return verdict
         trial_dir = layout.trial_dir(self.spec.study_dir, trial.number)
-        lease = None
+        lease, whole = None, None
         try:
             lease = self._lease(config)
+            if lease is None:  # one trial at a time on the host's cores: all of them
+                whole = wait_hold(host_cpu_keys(), owner(), self.harness.cancel)
             # The estimate reads the memory of the devices this trial got, now: another
             # lane's engine on another device is none of its business.
             verdict = self._memory_verdict(study, trial, config, lease)
@@ -144,6 +146,8 @@ class TrialRunner:
         finally:
             if lease is not None:
                 lease.release()
+            if whole is not None:
+                whole.release()
         self.recorder.measured(study, trial, measurement, trial_dir)
         self.emit(TrialFinished(trial.number, slot, self.spec.trials, measurement, study))
         self._after(study, trial, measurement, trial_dir)

@@ -224,3 +224,25 @@ def test_repair_retries_each_oom_once_with_less_memory(
     assert not [t for t in trials if t.repair_of is not None and t.role != "repair"]
     shown = cli("show", "r", "--all", "--root", root)
     assert f"(repair of {ooms[0].number})" in shown.output  # type: ignore[attr-defined]
+
+
+def test_two_tuners_on_one_host_take_turns_on_its_cores(tune_argv: TuneArgv, root: Path) -> None:
+    # Both used to print "1 at a time on cores 0-1" and run their engines at the same time,
+    # each measuring the other's load. Now the second waits for the cores, and says so.
+    first = start_tuner(tune_argv("one", "--trials", "2", "--sampler", "random"))
+    wait_for(root / "one" / "trial-0000" / "engine.pid", first)
+    second = start_tuner(tune_argv("two", "--trials", "2", "--sampler", "random"))
+    out_first, _ = first.communicate(timeout=120)
+    out_second, _ = second.communicate(timeout=120)
+    assert first.returncode == 0, out_first
+    assert second.returncode == 0, out_second
+    assert "warning: waiting for devices another process on this host holds (" in out_second
+    spans = {
+        study: [(t.measured_at - t.device_s, t.measured_at) for t in trials_of(root, study)]
+        for study in ("one", "two")
+    }
+    assert all(len(s) == 2 for s in spans.values()), spans
+    for a_start, a_end in spans["one"]:
+        for b_start, b_end in spans["two"]:
+            assert a_end <= b_start + 0.2 or b_end <= a_start + 0.2, spans  # never at once
+    assert_no_engine_left(root)

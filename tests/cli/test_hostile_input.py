@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import optuna
 import pytest
 from support import one_error_line
 from typer.testing import Result
@@ -213,3 +214,15 @@ def test_a_study_whose_database_was_lost_never_writes_over_its_trial_folders(
     assert "holds 1 trial folders (1 with a measurement) of a study that" in line
     assert "was its database lost?" in line
     assert {p: p.read_bytes() for p in kept} == kept
+
+
+def test_confirm_refuses_a_study_that_is_still_being_tuned(cli: Invoke, tmp_path: Path) -> None:
+    # `confirm` beside a running `tune` stored a winner for a study one trial old.
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    store = StudyStore(url)
+    study, _ = store.create_or_load("live", ["maximize"], optuna.samplers.RandomSampler(0))
+    trial = study.ask()  # running, its tuner beating
+    with store.heartbeat(trial._trial_id):
+        line = one_error_line(cli("confirm", "live", "--storage", url))
+    assert "study 'live' is still being tuned (trial 0 is running)" in line
+    assert "--while-running" in line
