@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -66,6 +67,8 @@ class CommandFailed(Exception):
 
 
 _BAD_INPUT: tuple[type[Exception], ...] = (*INPUT_ERRORS, InputError)
+# The disk under the study, not the input: full, over quota, read-only, failing.
+DISK_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
 @contextmanager
@@ -81,6 +84,16 @@ def cli_errors() -> Iterator[None]:
         raise typer.Exit(EXIT_INPUT) from None
     except (StudyError, CommandFailed, LoadClientError) as exc:
         err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED) from None
+    except OSError as exc:
+        if exc.errno not in DISK_FAULTS:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        err_console.print(
+            f"[bold red]error:[/] {exc.strerror or exc}{where}: the trial in progress is not "
+            "recorded; every measured trial is kept; make room and run the same command again",
+            soft_wrap=True,
+        )
         raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt:
         err_console.print(

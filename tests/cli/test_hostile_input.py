@@ -4,6 +4,7 @@ change what the load client asks for (`served_model_name`), on the fake engine."
 
 from __future__ import annotations
 
+import errno
 import shutil
 import subprocess
 import sys
@@ -226,3 +227,29 @@ def test_confirm_refuses_a_study_that_is_still_being_tuned(cli: Invoke, tmp_path
         line = one_error_line(cli("confirm", "live", "--storage", url))
     assert "study 'live' is still being tuned (trial 0 is running)" in line
     assert "--while-running" in line
+
+
+def test_a_full_disk_mid_study_is_one_line_and_keeps_every_measured_trial(
+    cli: Invoke, tune_argv: TuneArgv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ENOSPC from writing a trial's requests.jsonl was a chained traceback of 140 lines.
+    import autotune.study._measure as measure_module
+
+    real, calls = measure_module.write_records, []
+
+    def fills_the_disk(path: Path, records: object) -> None:
+        calls.append(path)
+        if len(calls) >= 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, records)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(measure_module, "write_records", fills_the_disk)
+    line = one_error_line(cli(*tune_argv("full", "--trials", "3")), code=1)
+    assert line.startswith("error: No space left on device: ")
+    assert "trial-0001/requests.jsonl: the trial in progress is not recorded; every " in line
+    store = StudyStore(f"sqlite:///{tmp_path / 'studies' / 'full' / 'study.db'}")
+    assert [t.status for t in store.trials("full") if t.measured] == ["ok"]
+    monkeypatch.setattr(measure_module, "write_records", real)  # room made: the study goes on
+    again = cli(*tune_argv("full", "--trials", "3"))
+    assert again.exit_code == 0, again.output
+    assert len([t for t in store.trials("full") if t.measured]) == 3
