@@ -6,6 +6,7 @@ Nothing below the CLI parses strings or reads the environment: it receives a Tun
 
 from __future__ import annotations
 
+import math
 import shlex
 from pathlib import Path
 from typing import Any, Literal
@@ -288,8 +289,8 @@ class TuneSpec(BaseModel):
         for name, bound in value.items():
             if name not in METRIC_NAMES:
                 raise ValueError(f"unknown SLO metric {name!r}; known: {', '.join(METRIC_NAMES)}")
-            if not bound > 0:
-                raise ValueError(f"SLO {name}={bound:g}: a bound must be a number > 0")
+            if not 0 < bound < math.inf:  # inf bounds nothing, and was shown as `<= -`
+                raise ValueError(f"SLO {name}={bound:g}: a bound must be a finite number > 0")
         return value
 
     @model_validator(mode="after")
@@ -458,6 +459,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise SpecError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a spec must be a mapping of fields")
+    if "parameters" in data and "study" not in data:
+        raise SpecError(f"{path}: a search space (it has `parameters`): pass it as --space")
     return data
 
 

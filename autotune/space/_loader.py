@@ -154,6 +154,8 @@ def _read_yaml(file: Path) -> dict[str, Any]:
         raise SpaceError(f"{file}: cannot read: {first_line}") from exc
     if not isinstance(data, dict):
         raise SpaceError(f"{file}: expected a mapping at the top level")
+    if "parameters" not in data and {"study", "model"} & set(data):
+        raise SpaceError(f"{file}: a tune spec (it has `study` or `model`): pass it as --spec")
     return data
 
 

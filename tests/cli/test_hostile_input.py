@@ -45,6 +45,9 @@ root: {root}
         (["--option", "max_model_len=1k"], "max_model_len: '1k' is not a whole number"),
         (["--option", "enforce_eager=yes"], "enforce_eager: 'yes' is not true or false"),
         (["--option", "x=[unclosed"], "'[unclosed' is not a YAML value"),
+        (["--slo", "p99_ttft_ms=inf"], "a bound must be a finite number > 0"),
+        (["--space", "{spec}"], "a tune spec (it has `study` or `model`): pass it as --spec"),
+        (["--spec", "{space}"], "a search space (it has `parameters`): pass it as --space"),
         (
             [
                 "--workload",
@@ -63,12 +66,16 @@ root: {root}
         "option-yes",
         "option-yaml",
         "input-above-max-model-len",
+        *("slo-inf", "spec-as-space", "space-as-spec"),
     ],
 )
 def test_a_flag_that_failed_deep_inside_is_one_line(
     cli: Invoke, tune_argv: TuneArgv, tmp_path: Path, flags: list[str], names: str
 ) -> None:
-    line = one_error_line(cli(*tune_argv("hostile", *flags)))
+    files = {"spec": tmp_path / "tune.yaml", "space": tmp_path / "space.yaml"}
+    files["spec"].write_text("study: x\nmodel: m\n")
+    files["space"].write_text("parameters:\n  - {name: max_num_seqs, type: int, low: 1, high: 8}\n")
+    line = one_error_line(cli(*tune_argv("hostile", *(f.format(**files) for f in flags))))
     assert names in line
     assert not (tmp_path / "studies").exists()
 
