@@ -127,28 +127,9 @@ def test_keys_of_one_dict_option_merge_and_only_if_leaves_a_value_out(
     assert used == {"speculative_config"}
 
 
-CHAIN = """
-parameters:
-  - name: method
-    type: categorical
-    option: speculative_config.method
-    choices: [null, ngram]
-    baseline: null
-  - name: tokens
-    type: int
-    option: speculative_config.num_speculative_tokens
-    low: 1
-    high: 5
-    baseline: 3
-    only_if: {method: [ngram]}
-  - name: lookup
-    type: int
-    option: speculative_config.prompt_lookup_max
-    low: 2
-    high: 8
-    baseline: 5
-    only_if: {tokens: [4, 5]}
-"""
+# `lookup` set only with tokens 4-5 (and `tokens` only with ngram): an only_if chain.
+_head, _last, _tail = SPECULATIVE.rpartition("only_if: {method: [ngram]}")
+CHAIN = _head + "only_if: {tokens: [4, 5]}" + _tail
 
 
 def test_only_if_follows_a_chain_and_the_label_is_what_the_engine_gets(
