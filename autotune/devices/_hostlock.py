@@ -72,12 +72,18 @@ def try_hold(keys: Iterable[str], what: str = "") -> HostHold | str:
     """Hold every key of `keys` without waiting. Returns the hold, or, where another process
     (or another lease of this one) holds a key, a line saying who (`pid 123: autotune tune
     ...`), and nothing is held."""
-    folder = lock_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _shared_folder()
+    if folder is None:
+        return HostHold([])
     taken: list[int] = []
     for key in sorted(set(keys)):
         path = folder / f"{key}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = _open(path)
+        except OSError as exc:
+            _unusable(folder, exc)
+            HostHold(taken).release()
+            return HostHold([])
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -85,10 +91,53 @@ def try_hold(keys: Iterable[str], what: str = "") -> HostHold | str:
             os.close(fd)
             HostHold(taken).release()
             return holder or f"another process ({key})"
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}: {what}".encode(), 0)
+        with contextlib.suppress(OSError):  # a file of another user's: locked, not written
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}: {what}".encode(), 0)
         taken.append(fd)
     return HostHold(taken)
+
+
+def _shared_folder() -> Path | None:
+    """The lock folder, made writable for every user of the host (as /tmp is: sticky), or
+    None where it cannot be had (then leases hold within this process only, said once)."""
+    folder = lock_dir()
+    try:
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                folder.chmod(0o1777)
+    except OSError as exc:
+        _unusable(folder, exc)
+        return None
+    return folder
+
+
+def _open(path: Path) -> int:
+    """A descriptor to lock `path` by, made readable and writable by every user; another
+    user's file opens read-only (flock needs no more)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY)
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, 0o666)
+    return fd
+
+
+_SAID: set[str] = set()
+
+
+def _unusable(folder: Path, exc: OSError) -> None:
+    if str(folder) not in _SAID:
+        _SAID.add(str(folder))
+        logger.warning(
+            "device locks in %s cannot be used (%s): other autotune processes on this host "
+            "may run engines beside this one's; set %s to a writable folder",
+            folder,
+            exc.strerror or exc,
+            LOCK_DIR_ENV,
+        )
 
 
 def host_cpu_keys() -> list[str]:

@@ -73,3 +73,16 @@ def test_the_suite_keeps_its_locks_to_itself(host_lock_dir: Path) -> None:
     again = try_hold(["cuda-3"])
     assert not isinstance(again, str)
     again.release()
+
+
+def test_an_unusable_lock_folder_is_said_once_and_leases_still_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(blocker / "locks"))  # under a file: no folder
+    with caplog.at_level(logging.WARNING):
+        assert cpu_pool().acquire(2, timeout=1).ids == [0, 1]
+        assert cpu_pool().acquire(1, timeout=1).ids == [0]  # held in no other process's eyes
+    said = [r.getMessage() for r in caplog.records if "cannot be used" in r.getMessage()]
+    assert len(said) == 1 and "set AUTOTUNE_LOCK_DIR to a writable folder" in said[0]
