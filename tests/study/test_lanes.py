@@ -105,7 +105,7 @@ def test_two_runners_share_one_budget_without_duplicates(
 ) -> None:
     spec = make_spec(trials=6)
     # Each trial holds its device 0.5 s, so that the joining runner (which waits for the
-    # baseline, then opens its own sampler) overlaps the first one on a slow host too.
+    # baseline, then opens its own sampler) races the first one for slots on a slow host too.
     first = DeviceWatch(measure, hold_s=0.5)
     StudyStore(spec.storage_url)  # created before the two race for it
     runners = [
@@ -123,7 +123,9 @@ def test_two_runners_share_one_budget_without_duplicates(
     assert len(launched(trials)) == 6 and len(measure.calls) == 6
     assert len({t.number for t in launched(trials)}) == 6
     assert len({tuple(sorted(t.params.items())) for t in launched(trials)}) == 6
-    assert first.most_at_once == 2
+    # One host: the two runners take turns on its cores (autotune.devices._hostlock), as two
+    # tuners on one machine do; runners on two machines would overlap.
+    assert first.most_at_once == 1
     assert {t.worker["run"] for t in launched(trials)} == {r.run_token for r in runners}
 
 
