@@ -77,9 +77,10 @@ def choose_export(
         number, how = winner, CONFIRMED
     else:
         how = f"trial {number}" if number is not None else f"pick {rule or 'max-throughput'}"
-    chosen = pick(records, study_objectives(attrs), rule or "", number, measured)
+    relative = list(attrs.get("relative_slos") or {})
+    chosen = pick(records, study_objectives(attrs), rule or "", number, measured, relative)
     if how.startswith("pick "):
-        how += margin_text(chosen, measured)
+        how += margin_text(chosen, measured, relative)
     return chosen, how
 
 
@@ -89,10 +90,10 @@ def slo_noise(records: Sequence[TrialRecord]) -> dict[str, Noise]:
     return noise(records, sorted(names))
 
 
-def margin_text(chosen: TrialRecord, measured: dict[str, Noise]) -> str:
+def margin_text(chosen: TrialRecord, measured: dict[str, Noise], relative: list[str]) -> str:
     """How the pick's SLOs stand against the measured noise, for its header (empty without
     an SLO whose noise was measured)."""
-    clear = margin(chosen, measured)
+    clear = margin(chosen, measured, relative)
     if clear == math.inf:
         return ""
     if clear >= MARGIN_Z:

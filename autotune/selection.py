@@ -5,7 +5,7 @@ dashboard use them without the study machinery."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -77,27 +77,30 @@ def pareto_front(
     return sorted(front, key=lambda t: -t.metric("output_throughput"))
 
 
-def margin(trial: TrialRecord, noise: Mapping[str, Noise]) -> float:
+def margin(trial: TrialRecord, noise: Mapping[str, Noise], relative: Collection[str] = ()) -> float:
     """How far inside its tightest SLO bound `trial` measured, in sd of the mean of its runs
-    (`-log(measured / bound) / (sd / sqrt(runs))`): inf where no SLO's noise was measured."""
+    (`-log(measured / bound) / (sd / sqrt(runs))`): inf where no SLO's noise was measured. The
+    baseline is not judged against the `relative` SLOs: it defines them."""
     out = math.inf
     for name, c in trial.constraints.items():
         if name in NOT_SLOS or name not in noise or noise[name].sd <= 0 or c <= -1:
+            continue
+        if name in relative and trial.role == "baseline":
             continue
         out = min(out, -math.log1p(c) / (noise[name].sd / math.sqrt(trial.runs)))
     return out
 
 
 def clear_of_noise(
-    trials: Sequence[TrialRecord], noise: Mapping[str, Noise]
+    trials: Sequence[TrialRecord], noise: Mapping[str, Noise], relative: Collection[str] = ()
 ) -> list[TrialRecord] | None:
     """The feasible trials that hold every SLO by `MARGIN_Z` sd of their noise (a pick among
     them does not flip to a config that truly misses one); None where none does, or where no
     feasible trial has an SLO whose noise was measured (nothing to hold a margin against)."""
     feasible = [t for t in trials if t.feasible]
-    if not any(margin(t, noise) < math.inf for t in feasible):
+    if not any(margin(t, noise, relative) < math.inf for t in feasible):
         return None
-    held = [t for t in feasible if margin(t, noise) >= MARGIN_Z]
+    held = [t for t in feasible if margin(t, noise, relative) >= MARGIN_Z]
     return held or None
 
 
@@ -107,16 +110,17 @@ def pick(
     how: str = "max-throughput",
     number: int | None = None,
     noise: Mapping[str, Noise] | None = None,
+    relative: Collection[str] = (),
 ) -> TrialRecord:
     """The trial to export: by number, or by a rule over the feasible Pareto front.
 
     Rules compare conservative values: a metric made worse by its spread over the trial's
     repeated runs (the metric itself for a single run), so a lucky run does not win. With the
     study's measured `noise`, the front is that of the trials whose SLOs hold clear of it
-    (`clear_of_noise`), where any do."""
+    (`clear_of_noise`; the `relative` SLOs bind all but the baseline), where any do."""
     if number is not None:
         return _by_number(trials, number)
-    pool = clear_of_noise(trials, noise or {}) or trials
+    pool = clear_of_noise(trials, noise or {}, relative) or trials
     front = pareto_front(pool, objectives)
     if not front:
         near = closest(trials)

@@ -152,6 +152,21 @@ def test_repeated_runs_narrow_the_margin_a_config_needs(trial: Make) -> None:
     assert margin(four, noise) == pytest.approx(2 * margin(once, noise))
 
 
+def test_the_baseline_is_never_held_to_a_margin_on_slos_relative_to_it(trial: Make) -> None:
+    # The defaults define a bound relative to them (1.2x: their constraint is 1/1.2 - 1, 0.7 sd
+    # of a p99 noise of 0.26): they must stay deployable when they are the best.
+    first = [("output_throughput", "maximize")]
+    base = slo_trial(trial, 0, 1000, 1 / 1.2).model_copy(update={"role": "baseline"})
+    other = slo_trial(trial, 1, 700, 0.5)
+    noise = {"p99_tpot_ms": Noise(0.26, 4)}
+    assert margin(base, noise) < MARGIN_Z
+    assert margin(base, noise, relative=["p99_tpot_ms"]) == math.inf
+    assert pick([base, other], first, noise=noise).number == 1  # an absolute bound: held to it
+    assert pick([base, other], first, noise=noise, relative=["p99_tpot_ms"]).number == 0
+    twin = base.model_copy(update={"role": "", "number": 2})  # not the baseline: held to it
+    assert margin(twin, noise, relative=["p99_tpot_ms"]) < MARGIN_Z
+
+
 def test_when_no_config_clears_the_noise_the_pick_is_the_feasible_best(trial: Make) -> None:
     first = [("output_throughput", "maximize")]
     trials = [slo_trial(trial, 0, 1000, 0.97), slo_trial(trial, 1, 900, 0.95)]
