@@ -12,7 +12,7 @@ from autotune.devices._ascend import NPU_SMI_INFO, NpuDevice, NpuSmiInfo, parse_
 from autotune.devices._cpu import cpu_memory
 from autotune.devices._cpu_slots import split_cpu
 from autotune.devices._discover import discover
-from autotune.devices._hostlock import HostHold, host_cpu_keys, owner, wait_hold
+from autotune.devices._hostlock import HostHold, hold_host
 from autotune.devices._inventory import PLATFORMS, Device, DeviceError, Inventory, Platform
 from autotune.devices._lanes import plan_lanes
 from autotune.devices._memory import device_memory, gpu_compute_capability
@@ -69,8 +69,7 @@ __all__ = [
     "format_device_list",
     "gpu_compute_capability",
     "gpu_devices",
-    "host_cpu_keys",
-    "owner",
+    "hold_host",
     "parse_compute_caps",
     "parse_cpulist",
     "parse_device_list",
@@ -83,6 +82,5 @@ __all__ = [
     "run_tool",
     "select_devices",
     "split_cpu",
-    "wait_hold",
     "wait_released",
 ]

@@ -140,9 +140,11 @@ def _unusable(folder: Path, exc: OSError) -> None:
         )
 
 
-def host_cpu_keys() -> list[str]:
-    """The keys of every core this process may run on: a run on the host as a whole."""
-    return [f"cpu-core-{c}" for c in sorted(os.sched_getaffinity(0))]
+def hold_host(cancel: threading.Event | None = None) -> HostHold:
+    """Every core this process may run on, held (waiting for them): a run with no device pool
+    has the host as a whole."""
+    keys = [f"cpu-core-{c}" for c in sorted(os.sched_getaffinity(0))]
+    return wait_hold(keys, owner(), cancel)
 
 
 def wait_hold(keys: Iterable[str], what: str, cancel: threading.Event | None = None) -> HostHold:

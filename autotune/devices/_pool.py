@@ -16,13 +16,12 @@ from collections import deque
 from collections.abc import Hashable, Sequence
 from types import TracebackType
 
-from autotune.devices._hostlock import HostHold, device_keys, owner, try_hold
+from autotune.devices._hostlock import POLL_S, HostHold, device_keys, owner, try_hold
 from autotune.devices._inventory import Device, DeviceError, DeviceKind, Inventory, Platform
 from autotune.devices._placement import nearest_set, pair_cost
 from autotune.devices._topology import Topology
 
 logger = logging.getLogger(__name__)
-HOST_POLL_S = 0.5  # how often a lease waiting on another process's devices looks again
 
 
 class Lease:
@@ -165,7 +164,7 @@ class DevicePool:
                     if held is not None:
                         break
                     # Another process on this host holds some: look again in a moment.
-                    self._cond.wait(HOST_POLL_S if remaining is None else min(remaining, 0.5))
+                    self._cond.wait(POLL_S if remaining is None else min(remaining, POLL_S))
                 ids, host = held
                 self._free.difference_update(ids)
                 self._held[ticket] = frozenset(ids)

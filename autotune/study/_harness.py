@@ -37,10 +37,8 @@ from autotune.devices import (
     Lease,
     device_memory,
     gpu_compute_capability,
-    host_cpu_keys,
-    owner,
+    hold_host,
     plan_lanes,
-    wait_hold,
 )
 from autotune.engine import (
     EngineConfig,
@@ -115,7 +113,7 @@ class Harness:
         pool: the host as a whole, as the trials had it."""
         config = self.engine_config(params)
         if self.pool is None:
-            whole = wait_hold(host_cpu_keys(), owner(), self.cancel)
+            whole = hold_host(self.cancel)
             try:
                 yield config
             finally:

@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from autotune import layout
 from autotune import store as keys
 from autotune.bench import RequestRecord, read_records
-from autotune.devices import Lease, format_device_list, host_cpu_keys, owner, wait_hold
+from autotune.devices import Lease, format_device_list, hold_host
 from autotune.engine import EngineConfig
 from autotune.selection import pareto_front
 from autotune.space import ModelInfo, SearchSpace, SpaceError
@@ -114,7 +114,7 @@ class TrialRunner:
         try:
             lease = self._lease(config)
             if lease is None:  # one trial at a time on the host's cores: all of them
-                whole = wait_hold(host_cpu_keys(), owner(), self.harness.cancel)
+                whole = hold_host(self.harness.cancel)
             # The estimate reads the memory of the devices this trial got, now: another
             # lane's engine on another device is none of its business.
             verdict = self._memory_verdict(study, trial, config, lease)
