@@ -196,12 +196,10 @@ def longest_request(requests: list[RequestSpec], model_path: str) -> int | None:
     its output), or None where a text prompt cannot be counted here (no tokenizer.json)."""
     tokenizer = None
     if any(isinstance(r.prompt, str) for r in requests):
-        path = Path(model_path) / "tokenizer.json"
-        if not path.is_file():
+        try:
+            tokenizer = _tokenizer(model_path)
+        except WorkloadError:
             return None
-        from tokenizers import Tokenizer
-
-        tokenizer = Tokenizer.from_file(str(path))
     longest = 0
     for r in requests:
         if isinstance(r.prompt, list):

@@ -19,7 +19,7 @@ from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import TrialState
 
 from autotune.status import TrialStatus
-from autotune.store._records import StudyInfo, TrialRecord, study_records
+from autotune.store._records import StudyInfo, TrialRecord
 from autotune.store._slots import TrialSlots
 
 logger = logging.getLogger(__name__)
@@ -320,15 +320,13 @@ class StudyStore:
         as running."""
         study = self.load(name)
         with storage_errors(self.url):
-            records = study_records(study)
-            if not any(r.state == "running" for r in records):
+            frozen = study.get_trials(deepcopy=False)
+            records = [TrialRecord.from_frozen(t) for t in frozen]
+            running = [t for t in frozen if t.state == TrialState.RUNNING]
+            if not running:
                 return records
             stale = self.stale_trial_ids(study)
-            gone = {
-                t.number
-                for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                if t._trial_id in stale
-            }
+        gone = {t.number for t in running if t._trial_id in stale}
         update = {"status": TrialStatus.INTERRUPTED, "reason": GONE}
         return [r.model_copy(update=update) if r.number in gone else r for r in records]
 

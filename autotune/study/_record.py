@@ -110,12 +110,12 @@ class Recorder:
         constraints = constraint_values(
             m.summary, self.spec.slos, self.spec.max_error_rate, m.status
         )
-        if m.summary is not None and self._runs_the_baseline(study, trial):
+        relative = self.spec.relative_slos
+        if relative and m.summary is not None and self._runs_the_baseline(study, trial):
             # A bound relative to the baseline is the baseline's own value times its factor:
             # a run of the baseline's config is at 1x of it by definition, as the confirm step
-            # pairs it (a re-run on a slower moment measured p99 TTFT 1.27x the first runs'
-            # median and marked the defaults infeasible against bounds relative to them).
-            for name, factor in self.spec.relative_slos.items():
+            # pairs it (docs/metrics.md, "Bounds relative to the baseline").
+            for name, factor in relative.items():
                 if name in constraints:
                     constraints[name] = 1.0 / factor - 1.0
         for name, value in constraints.items():
