@@ -234,6 +234,11 @@ class TuneSpec(BaseModel):
         description="Another study (same store, or its default file under root) whose Pareto "
         "configs a new study runs first",
     )
+    reingest: bool = Field(
+        default=False,
+        description="A new study whose trial folders hold measurements (its database lost) "
+        "records them first, each as the trial of its number",
+    )
     parallel: int | Literal["auto"] = Field(
         default=1, description="Trials at once, on disjoint devices (auto: as the devices allow)"
     )
@@ -405,7 +410,7 @@ class TuneSpec(BaseModel):
     def shared(self) -> dict[str, Any]:
         """The fields every worker of the study uses alike (kept in the store, so that
         `autotune worker` needs only the study's name); the rest are this machine's."""
-        local = {"storage", "root", "parallel", "devices"}
+        local = {"storage", "root", "parallel", "devices", "reingest"}
         data: dict[str, Any] = self.model_dump(mode="json", exclude=local)
         data["engine"].pop("cores", None)
         return data

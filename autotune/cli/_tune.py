@@ -161,6 +161,14 @@ def tune(
         str | None,
         typer.Option(help="Another study whose Pareto configs a new study runs first"),
     ] = None,
+    reingest: Annotated[
+        bool | None,
+        typer.Option(
+            "--reingest",
+            help="A new study whose trial folders hold measurements (its database lost) "
+            "records them first",
+        ),
+    ] = None,
     baseline: Annotated[
         Path | None,
         typer.Option(
@@ -262,7 +270,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     for key in (
         *("search", "sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
         *("repeats", "prune", "confirm", "confirm_rounds", "scenario", "remeasure"),
-        "device_cost_per_hour",
+        *("device_cost_per_hour", "reingest"),
     ):
         if flags[key] is not None:
             out[key] = flags[key]

@@ -36,6 +36,7 @@ SLOT = "slot"  # its place in the trial budget (1..trials)
 SPREAD = "spread"  # metric -> half the range over the trial's repeated runs
 MEASURED_AT = "measured_at"  # when its benchmark ended (epoch s); the drift reads its middle
 REMEASURE_OF = "remeasure_of"  # the trial whose config a re-measure trial runs again
+REINGESTED = "reingested"  # recorded from its folder after the study's database was lost
 
 ROLE_BASELINE = "baseline"
 ROLE_REPAIR = "repair"

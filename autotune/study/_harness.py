@@ -105,6 +105,22 @@ class Harness:
             cores = lease.env["VLLM_CPU_OMP_THREADS_BIND"]
         return trial_engine_config(self.spec, self.space, params, lease.env, cores)
 
+    def experiment(self) -> dict[str, Any]:
+        """What makes trials comparable: a study continues, and a trial folder is
+        re-ingested, only with the same values."""
+        spec = self.spec
+        return {
+            "model": model_ref(spec.model),
+            "space": self.space.name,
+            "workload": spec.workload.model_dump(mode="json"),
+            "load": spec.load.model_dump(mode="json"),
+            "slos": dict(spec.slos),
+            "relative_slos": spec.relative_slos,
+            "max_error_rate": spec.max_error_rate,
+            "capacity": spec.capacity.model_dump() if spec.capacity else None,
+            "scenario": spec.scenario,
+        }
+
     @contextmanager
     def leased(self, params: dict[str, Any]) -> Iterator[EngineConfig]:
         """The engine config of `params` on devices leased from the pool as a trial's are

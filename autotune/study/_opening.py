@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import logging
 import uuid
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -20,8 +21,9 @@ from autotune.space import SpaceError
 from autotune.spec import SpecError, TuneSpec
 from autotune.status import TrialStatus
 from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url, redact
-from autotune.study._errors import StudyMismatch
+from autotune.study._errors import StudyMismatch, difference
 from autotune.study._harness import Harness, model_ref
+from autotune.study._reingest import check_reingest, reingest, used_folders
 from autotune.study._search import make_sampler, told_objectives
 
 logger = logging.getLogger(__name__)
@@ -36,15 +38,18 @@ def open_study(
     (same experiment only); True if it was created. `join`: one of several workers starting
     together; its sampler is seeded apart from theirs."""
     spec = harness.spec
+    folders: dict[int, Path] = {}
     if store.has(spec.study):
         _check_same_search(spec, store.study_attrs(spec.study))
     else:
         check_warm_start(harness, store.settings)  # a bad --warm-start creates nothing
-        _check_no_foreign_folders(spec, store)
+        folders = _foreign_folders(harness, store)
     directions = [o.direction for o in told_objectives(spec)]
     study, created = store.create_or_load(spec.study, directions, make_sampler(spec, harness.space))
     if created:
-        _initialize(harness, store, study)
+        _initialize(harness, store, study, folders)
+        if folders:  # the trials re-ingested: its sampler goes on from there, as on resume
+            study.sampler = make_sampler(spec, harness.space, offset=max(folders) + 1)
     else:
         _check_same_experiment(harness, study)
         offset = len(study.get_trials(deepcopy=False))
@@ -56,21 +61,25 @@ def open_study(
     return study, created
 
 
-def _check_no_foreign_folders(spec: TuneSpec, store: StudyStore) -> None:
+def _foreign_folders(harness: Harness, store: StudyStore) -> dict[int, Path]:
     """A new study's trial folders must not exist yet: ones that do hold another study's
     runs (its database lost, or another storage's study of the same name), and trial 0 of
-    this one would write over the only measurements left of theirs."""
-    found = [d for d in spec.study_dir.glob(f"{layout.TRIAL_PREFIX}*") if d.is_dir()]
-    used = [d for d in found if any(d.iterdir())]
+    this one would write over the only measurements left of theirs. With `--reingest`, the
+    folders (number -> folder) whose measurements the new study records first."""
+    spec = harness.spec
+    used = used_folders(spec.study_dir)
     if not used:
-        return
-    measured = sum((d / layout.MEASUREMENT).is_file() for d in used)
-    raise StudyMismatch(
-        f"{spec.study_dir} holds {len(used)} trial folders ({measured} with a measurement) of "
-        f"a study that {redact(store.url)} does not know (was its database lost?): a new "
-        f"study {spec.study!r} would write over them; move the folder away, or use another "
-        "--study name"
-    )
+        return {}
+    if not spec.reingest:
+        measured = sum((d / layout.MEASUREMENT).is_file() for d in used.values())
+        raise StudyMismatch(
+            f"{spec.study_dir} holds {len(used)} trial folders ({measured} with a measurement) "
+            f"of a study that {redact(store.url)} does not know (was its database lost?): a new "
+            f"study {spec.study!r} would write over them; add --reingest to record their "
+            "measurements in it first, move the folder away, or use another --study name"
+        )
+    check_reingest(harness, used)
+    return used
 
 
 def _shared_spec(spec: TuneSpec) -> dict[str, Any]:
@@ -79,22 +88,6 @@ def _shared_spec(spec: TuneSpec) -> dict[str, Any]:
     data["model"] = model_ref(spec.model)
     data["space"] = model_ref(spec.space)  # a space file's path; a shipped name as is
     return data
-
-
-def _experiment(harness: Harness) -> dict[str, Any]:
-    """What makes trials comparable: a study continues only with the same values."""
-    spec = harness.spec
-    return {
-        "model": model_ref(spec.model),
-        "space": harness.space.name,
-        "workload": spec.workload.model_dump(mode="json"),
-        "load": spec.load.model_dump(mode="json"),
-        "slos": spec.slos,
-        "relative_slos": spec.relative_slos,
-        "max_error_rate": spec.max_error_rate,
-        "capacity": spec.capacity.model_dump() if spec.capacity else None,
-        "scenario": spec.scenario,
-    }
 
 
 def baseline_params(harness: Harness) -> dict[str, Any]:
@@ -109,23 +102,13 @@ def _check_same_experiment(harness: Harness, study: optuna.Study) -> None:
     if isinstance(stored.get("slos"), dict):  # less the bounds its baseline fixed (`_slos`)
         stored["slos"] = {k: v for k, v in stored["slos"].items() if k not in relative}
     stored.setdefault("relative_slos", {})  # a study of an older version had none
-    for key, value in _jsonable(_experiment(harness)).items():
+    for key, value in _jsonable(harness.experiment()).items():
         if key in stored and stored[key] != value:
             raise StudyMismatch(
-                f"study {harness.spec.study!r} was run with {key} {_difference(stored[key], value)}"
+                f"study {harness.spec.study!r} was run with {key} {difference(stored[key], value)}"
                 "; its trials would not be comparable: give the same settings, or use another "
                 "--study name"
             )
-
-
-def _difference(stored: Any, given: Any) -> str:
-    """`input=32, not input=64`: only the keys of a setting that differ."""
-    if not (isinstance(stored, dict) and isinstance(given, dict)):
-        return f"{stored!r}, not {given!r}"
-    keys = [k for k in {**stored, **given} if stored.get(k) != given.get(k)]
-    was = ", ".join(f"{k}={stored.get(k)!r}" for k in keys)
-    now = ", ".join(f"{k}={given.get(k)!r}" for k in keys)
-    return f"{was}, not {now}"
 
 
 def _check_same_search(spec: TuneSpec, stored: dict[str, Any]) -> None:
@@ -140,10 +123,13 @@ def _check_same_search(spec: TuneSpec, stored: dict[str, Any]) -> None:
         )
 
 
-def _initialize(harness: Harness, store: StudyStore, study: optuna.Study) -> None:
+def _initialize(
+    harness: Harness, store: StudyStore, study: optuna.Study, folders: dict[int, Path]
+) -> None:
+    """A new study's attributes, its re-ingested folders, its baseline and warm start."""
     spec = harness.spec
     attrs: dict[str, Any] = {
-        **_experiment(harness),
+        **harness.experiment(),
         "served_model_name": spec.api_model_name,
         "platform": harness.space.platform,
         "objectives": [o.model_dump() for o in spec.objectives],
@@ -153,11 +139,12 @@ def _initialize(harness: Harness, store: StudyStore, study: optuna.Study) -> Non
     }
     for key, value in _jsonable(attrs).items():
         study.set_user_attr(key, value)
-    study.enqueue_trial(
-        baseline_params(harness),
-        user_attrs={keys.ROLE: keys.ROLE_BASELINE},
-        skip_if_exists=True,
-    )
+    if not (folders and reingest(harness, store, study, folders).baseline):
+        study.enqueue_trial(  # (a re-ingested failed baseline has its params: run it again)
+            baseline_params(harness),
+            user_attrs={keys.ROLE: keys.ROLE_BASELINE},
+            skip_if_exists=not folders,
+        )
     if spec.warm_start:
         _warm_start(harness, store, study, spec.warm_start)
 

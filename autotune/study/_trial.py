@@ -35,6 +35,7 @@ from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._measure import Measurement
 from autotune.study._prune import FrontPoint, Judge, PruneRule, make_judge
 from autotune.study._record import Recorder
+from autotune.study._reingest import write_trial_record
 from autotune.study._remeasure import queue_remeasure, remeasure_on
 from autotune.study._worker import worker_attr
 
@@ -126,6 +127,7 @@ class TrialRunner:
                 config = self.harness.engine_config(params, lease)
                 worker = self._worker(lane, format_device_list(lease.ids))
                 self.recorder.leased(trial, lease.env, worker)
+            write_trial_record(trial_dir, trial, self.harness.experiment())
             again = trial.user_attrs.get(keys.REMEASURE_OF)
             shown = description if again is None else f"{description} (again: trial {again})"
             self.emit(TrialStarted(trial.number, slot, self.spec.trials, shown))

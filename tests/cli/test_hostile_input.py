@@ -221,7 +221,58 @@ def test_a_study_whose_database_was_lost_never_writes_over_its_trial_folders(
     line = one_error_line(cli(*tune_argv("lost", "--trials", "1")))
     assert "holds 1 trial folders (1 with a measurement) of a study that" in line
     assert "was its database lost?" in line
+    assert "add --reingest to record their measurements in it first" in line
     assert {p: p.read_bytes() for p in kept} == kept
+
+
+def test_a_lost_database_is_rebuilt_from_its_trial_folders_with_reingest(
+    cli: Invoke, tune_argv: TuneArgv, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 32: a study whose folders hold measurements its database lacks offers to
+    # re-ingest them; each is recorded as the trial of its number, told as it was (a bound
+    # relative to the baseline fixed again from the baseline's runs).
+    slo = ("--slo", "mean_ttft_ms=baseline*10")
+    assert cli(*tune_argv("lost", "--trials", "3", *slo)).exit_code == 0
+    study_dir = tmp_path / "studies" / "lost"
+    url = f"sqlite:///{study_dir / 'study.db'}"
+    before = {t.number: t for t in StudyStore(url).trials("lost")}
+    bounds = StudyStore(url).study_attrs("lost")["slos"]
+    assert [t.status for t in before.values()] == ["ok", "ok", "ok"]
+    (study_dir / "trial-0001" / "measurement.json").unlink()  # died mid-benchmark
+    (study_dir / "study.db").unlink()
+    kept = {p: p.read_bytes() for p in study_dir.rglob("*") if p.is_file()}
+    workload = "random:input=9,output=8,prompts=8,warmup=1"
+    other = tune_argv("lost", "--trials", "4", *slo, "--reingest", "--workload", workload)
+    line = one_error_line(cli(*other))  # measured with other settings: refused, nothing made
+    assert line.endswith(
+        "trial-0000 was measured with workload input=32, not input=9: give "
+        "the settings it was run with"
+    )
+    assert not StudyStore(url).has("lost")
+    done = cli(*tune_argv("lost", "--trials", "4", *slo, "--reingest"))
+    assert done.exit_code == 0, done.output
+    assert "re-ingested 2 measured trials from " in caplog.text
+    assert StudyStore(url).study_attrs("lost")["slos"] == pytest.approx(bounds)
+    after = {t.number: t for t in StudyStore(url).trials("lost")}
+    for number in (0, 2):  # recorded from their folders, as they were
+        assert after[number].status == "ok"
+        assert after[number].params == before[number].params
+        assert after[number].metrics == pytest.approx(before[number].metrics)
+        assert after[number].values == pytest.approx(before[number].values)
+        assert after[number].constraints == pytest.approx(before[number].constraints)
+        assert after[number].role == before[number].role
+    assert after[0].role == "baseline"
+    assert after[1].status == "interrupted"
+    assert "its folder has no complete measurement" in after[1].reason
+    # The budget's other two slots: new trials, in new folders; its sampler went on.
+    assert [(t.status, t.slot) for t in after.values() if t.slot] == [
+        ("ok", 1),
+        ("ok", 2),
+        ("ok", 3),
+        ("ok", 4),
+    ]
+    assert all(t.status != "duplicate" for t in after.values())
+    assert all(p.read_bytes() == b for p, b in kept.items() if "trial-0001" not in str(p))
 
 
 def test_confirm_refuses_a_study_that_is_still_being_tuned(cli: Invoke, tmp_path: Path) -> None:

@@ -502,7 +502,7 @@ def test_measured_trial_survives_a_tuner_killed_before_recording_it(
     def killed_after_measuring(i: int, config: EngineConfig) -> Measurement:
         if i == 1:
             trial_dir = measure.dirs[-1]
-            trial_dir.mkdir(parents=True)
+            assert (trial_dir / "trial.json").is_file()  # written before the engine starts
             records_ = [
                 RequestRecord(
                     index=k,

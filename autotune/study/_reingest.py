@@ -1,0 +1,239 @@
+"""A trial folder as its own record, and a lost database rebuilt from the folders.
+
+Before a trial's engine starts, `trial.json` in its folder says what it runs: its number, its
+parameter values, where it came from (baseline, re-measure, repair, warm start), what it was
+launched with, and the study's settings that make trials comparable (`Harness.experiment`).
+Beside `measurement.json` (the outcome) and the records it was summarized from, the folder
+then holds everything the store would: when a study's database is lost, `tune --reingest`
+records each folder's measurement in a new study, as the trial of the same number, told to
+Optuna as the trial was. A folder that cannot be (no `trial.json`, no measurement, a trial
+interrupted) keeps its number as an interrupted trial, so that no new trial writes into it.
+Folders measured with other settings are refused as a whole: mixing them would compare
+trials that are not comparable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import Trial, TrialState, create_trial
+
+from autotune import layout
+from autotune import store as keys
+from autotune.status import TrialStatus
+from autotune.store import StudyStore, TrialSlots
+from autotune.study._design import FIXED
+from autotune.study._errors import StudyMismatch, difference
+from autotune.study._harness import Harness
+from autotune.study._measure import Measurement, load_measurement
+from autotune.study._record import Recorder
+from autotune.study._slos import pending
+
+logger = logging.getLogger(__name__)
+
+# The user attributes a trial folder keeps: its origin, and what it was launched with.
+_KEPT = (
+    keys.ROLE,
+    keys.REMEASURE_OF,
+    keys.REPAIR_OF,
+    keys.REQUEUED,
+    keys.WARM_FROM,
+    keys.DESCRIPTION,
+    keys.CONFIG,
+    keys.ENV,
+    keys.LEASE_ENV,
+    keys.WORKER,
+)
+
+
+def write_trial_record(trial_dir: Path, trial: Trial, experiment: dict[str, Any]) -> None:
+    """Write `trial.json` (see the module's docstring), atomically (a rename)."""
+    attrs = trial.user_attrs
+    system = trial.study._storage.get_trial_system_attrs(trial._trial_id)
+    data = {
+        "number": trial.number,
+        "params": trial.params,
+        "queued": FIXED in system,  # enqueued (baseline, re-measure, ...), not proposed
+        "user_attrs": {k: attrs[k] for k in _KEPT if k in attrs},
+        "experiment": experiment,
+    }
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    tmp = trial_dir / (layout.TRIAL_RECORD + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(trial_dir / layout.TRIAL_RECORD)
+
+
+def used_folders(study_dir: Path) -> dict[int, Path]:
+    """Trial number -> folder, for the trial folders in `study_dir` that hold anything."""
+    found: dict[int, Path] = {}
+    for path in study_dir.glob(f"{layout.TRIAL_PREFIX}*"):
+        number = path.name[len(layout.TRIAL_PREFIX) :]
+        if number.isdigit() and path.is_dir() and any(path.iterdir()):
+            found[int(number)] = path
+    return found
+
+
+@dataclass
+class Reingested:
+    """What `reingest` recorded: trials measured (ok or failed as the engine reported) and
+    folders kept as interrupted trials."""
+
+    recorded: int = 0
+    kept: int = 0
+    baseline: bool = False  # the baseline's measurement was among them
+
+
+def check_reingest(harness: Harness, folders: dict[int, Path]) -> None:
+    """Raise StudyMismatch when a folder was measured with other settings than the spec's
+    (checked before the new study is created)."""
+    ours = _comparable(harness.experiment(), harness.spec.relative_slos)
+    for number in sorted(folders):
+        record = _read_record(folders[number])
+        if record is None:
+            continue
+        theirs = _comparable(record.get("experiment") or {}, harness.spec.relative_slos)
+        for key, value in ours.items():
+            if theirs.get(key) != value:
+                raise StudyMismatch(
+                    f"--reingest: {folders[number]} was measured with {key} "
+                    f"{difference(theirs.get(key), value)}: give the settings it was run with"
+                )
+
+
+def reingest(
+    harness: Harness, store: StudyStore, study: optuna.Study, folders: dict[int, Path]
+) -> Reingested:
+    """Record the measurements of `folders` (number -> folder) in the new, empty `study`,
+    each as the trial of its number (see the module's docstring)."""
+    spec = harness.spec
+    recorder = Recorder(spec, store)
+    slots = store.slots(study)
+    done = Reingested()
+    for number in range(max(folders) + 1):
+        folder = folders.get(number)
+        record = _read_record(folder) if folder is not None else None
+        # Loaded one by one: a baseline recorded first fixes its relative bounds in spec.slos.
+        saved = load_measurement(folder, spec.slos) if folder and record else None
+        if saved is None or saved.status == TrialStatus.INTERRUPTED:
+            _keep(study, number, folder, record, saved)
+            done.kept += 1
+            continue
+        assert record is not None and folder is not None
+        baseline = record["user_attrs"].get(keys.ROLE) == keys.ROLE_BASELINE
+        if pending(spec) and not baseline:
+            why = "no baseline was re-ingested to fix its bounds relative to it"
+            _keep(study, number, folder, record, None, why)
+            done.kept += 1
+            continue
+        if not _record(study, recorder, slots, harness, number, folder, record, saved):
+            _keep(study, number, folder, record, None, "its parameters are not this space's")
+            done.kept += 1
+            continue
+        done.recorded += 1
+        done.baseline = done.baseline or (baseline and saved.ok)
+    logger.warning(
+        "re-ingested %d measured trials from %s (%d folders kept as interrupted)",
+        done.recorded,
+        spec.study_dir,
+        done.kept,
+    )
+    return done
+
+
+def _record(
+    study: optuna.Study,
+    recorder: Recorder,
+    slots: TrialSlots,
+    harness: Harness,
+    number: int,
+    folder: Path,
+    record: dict[str, Any],
+    saved: Measurement,
+) -> bool:
+    """Record `folder`'s measurement as trial `number`: created running with its parameters
+    and origin (queued or proposed, as the design counts them: `_design.design_index`), then
+    told as a trial is. False when its parameters are not points of this space any more."""
+    params, distributions = record["params"], harness.space.distributions()
+    try:
+        frozen = create_trial(
+            state=TrialState.RUNNING,
+            params=params,
+            distributions={name: distributions[name] for name in params},
+            user_attrs={k: v for k, v in record["user_attrs"].items() if k in _KEPT},
+        )
+    except (KeyError, ValueError):
+        return False
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=frozen)
+    trial = Trial(study, trial_id)
+    if trial.number != number:  # the study was not empty: never tell a trial another's runs
+        raise RuntimeError(f"re-ingest made trial {trial.number} for folder {folder}")
+    if record.get("queued"):
+        study._storage.set_trial_system_attr(trial_id, FIXED, params)
+    trial.set_user_attr(keys.REINGESTED, True)
+    slot = slots.claim(number, harness.spec.trials)  # a measured trial holds one for good
+    if slot is not None:
+        recorder.slot(trial, slot)
+    if saved.at_s is None:  # when its benchmark ended: when its outcome was written
+        saved.at_s = os.stat(folder / layout.MEASUREMENT).st_mtime
+    recorder.tell(study, trial, saved, folder)
+    return True
+
+
+def _keep(
+    study: optuna.Study,
+    number: int,
+    folder: Path | None,
+    record: dict[str, Any] | None,
+    saved: Measurement | None,
+    why: str = "",
+) -> None:
+    """Hold trial `number` as an interrupted trial: its folder has nothing to record."""
+    if why:
+        pass  # given
+    elif folder is None:
+        why = "no folder: a proposal never launched, lost with the study's database"
+    elif record is None:
+        why = f"its folder has no {layout.TRIAL_RECORD} (an older version's, or not started)"
+    elif saved is None:
+        why = "its folder has no complete measurement"
+    else:
+        why = "it was interrupted"
+    attrs: dict[str, Any] = {
+        keys.STATUS: TrialStatus.INTERRUPTED,
+        keys.REASON: f"lost with the study's database; not re-ingested: {why}",
+        keys.REINGESTED: True,
+    }
+    if folder is not None:
+        attrs[keys.TRIAL_DIR] = str(folder)
+    queued = {FIXED: record["params"]} if record is not None and record.get("queued") else None
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs=attrs, system_attrs=queued))
+    if study.get_trials(deepcopy=False)[-1].number != number:
+        raise RuntimeError(f"re-ingest could not hold trial {number}")
+
+
+def _read_record(folder: Path | None) -> dict[str, Any] | None:
+    if folder is None:
+        return None
+    try:
+        data = json.loads((folder / layout.TRIAL_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+        return None
+    data.setdefault("user_attrs", {})
+    return data
+
+
+def _comparable(experiment: dict[str, Any], relative: dict[str, float]) -> dict[str, Any]:
+    """The experiment as JSON, less the bounds a baseline fixed (a trial run after the
+    baseline records them; the spec holds only their factors)."""
+    data: dict[str, Any] = json.loads(json.dumps(experiment, default=str))
+    if isinstance(data.get("slos"), dict):
+        data["slos"] = {k: v for k, v in data["slos"].items() if k not in relative}
+    return data
