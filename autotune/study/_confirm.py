@@ -42,8 +42,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from scipy.stats import t as student_t
-
 from autotune import layout
 from autotune.drift import compared
 from autotune.engine import EngineConfig
@@ -116,6 +114,8 @@ class Bounds:
 
 def t_quantile(df: int, level: float = LEVEL) -> float:
     """Student's t quantile of a two-sided `level` interval with `df` degrees of freedom."""
+    from scipy.stats import t as student_t  # here: scipy.stats costs every command 0.5 s
+
     return float(student_t.ppf(0.5 + level / 2, df))
 
 
