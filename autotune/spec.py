@@ -220,7 +220,7 @@ class TuneSpec(BaseModel):
         description="Run the incumbent config again, so that a host whose speed drifts and a "
         "lucky run do not pick the winner (autotune.drift); auto: on for a goal search",
     )
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, description="Sampler and workload seed")
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")
     root: Path = Field(default=Path("studies"), description="Folder for studies")
     engine: EngineSpec = Field(default_factory=EngineSpec)

@@ -141,7 +141,12 @@ def parse_workload(source: str | Mapping[str, Any]) -> AnyWorkload:
     data = _split_cli(source) if isinstance(source, str) else dict(source)
     kind = data.get("type")
     if kind not in _TYPES:
-        raise WorkloadError(f"unknown workload type {kind!r}; expected one of: {', '.join(_TYPES)}")
+        hint = ""
+        if isinstance(source, str) and ("/" in source or source.endswith((".jsonl", ".json"))):
+            hint = f" (a file of prompts: jsonl:path={source}; a trace: trace:path={source})"
+        raise WorkloadError(
+            f"unknown workload type {kind!r}; expected one of: {', '.join(_TYPES)}{hint}"
+        )
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:

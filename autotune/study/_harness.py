@@ -166,7 +166,9 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     as a whole (no device pool; the confirm step and profiles). Raises SpecError when the
     workload or the devices the spec asks for are not to be had here."""
     space = load_space(spec.space)
-    space = on_this_host(space, read_host_facts(space.platform))
+    facts = read_host_facts(space.platform)
+    space = on_this_host(space, facts)
+    _check_options(spec, space, facts)
     try:
         warmup, requests = build_requests(spec.workload, spec.model)
     except WorkloadError as exc:
@@ -242,6 +244,21 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         plan=plan,
         settings=settings,
     )
+
+
+def _check_options(spec: TuneSpec, space: SearchSpace, host: HostFacts) -> None:
+    """Raise SpecError for an option of the spec (`--option`, `engine.options`) that the
+    installed vLLM lacks: every trial, the baseline first, would fail on it (a space that
+    passes a plugin's options on purpose says `allow_unknown_options`)."""
+    if host.vllm_options is None or space.allow_unknown_options:
+        return
+    which = f"vLLM {host.vllm_version}" if host.vllm_version else "the installed vLLM"
+    for name in spec.engine.options:
+        if name not in host.vllm_options:
+            raise SpecError(
+                f"--option {name}: not an option of {which}; check its spelling (`vllm serve "
+                "--help=all`), or give the space `allow_unknown_options: true` for a plugin's"
+            )
 
 
 def read_host_facts(platform: str, root: Path = Path("/")) -> HostFacts:

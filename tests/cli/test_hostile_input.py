@@ -57,6 +57,12 @@ root: {root}
             ],
             "its longest request needs 2009 tokens (prompt + output), more than max_model_len=1024",
         ),
+        (["--seed", "-1"], "--seed -1: expected a number >= 0"),
+        (["--option", "not_an_option=3"], "--option not_an_option: not an option of vLLM"),
+        (
+            ["--workload", "/data/prompts.jsonl"],
+            "(a file of prompts: jsonl:path=/data/prompts.jsonl; a trace: trace:path=",
+        ),
     ],
     ids=[
         "trials-huge",
@@ -65,8 +71,9 @@ root: {root}
         "option-1k",
         "option-yes",
         "option-yaml",
-        "input-above-max-model-len",
         *("slo-inf", "spec-as-space", "space-as-spec"),
+        "input-above-max-model-len",
+        *("seed-negative", "option-unknown-to-vllm", "workload-a-path"),
     ],
 )
 def test_a_flag_that_failed_deep_inside_is_one_line(
