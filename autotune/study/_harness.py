@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import socket
 import threading
@@ -51,6 +52,7 @@ from autotune.engine import (
 from autotune.host import cpu_flags
 from autotune.space import HostFacts, SearchSpace, SpaceError, load_space, restrict_to_host
 from autotune.spec import SpecError, TuneSpec
+from autotune.study._errors import difference
 from autotune.study._measure import Measure, Measurement, Workplan, measure
 from autotune.study._prune import Judge
 
@@ -120,6 +122,22 @@ class Harness:
             "capacity": spec.capacity.model_dump() if spec.capacity else None,
             "scenario": spec.scenario,
         }
+
+    def differs_from(self, stored: dict[str, Any]) -> str | None:
+        """How the experiment `stored` (a study's attributes, a trial folder's record)
+        differs from this one, e.g. `workload input=32, not input=64`; None where it does
+        not. The bounds a baseline fixed (stored, where the spec holds their factors) and a
+        key an older version did not store are not compared."""
+        stored = dict(stored)
+        relative = self.spec.relative_slos
+        if isinstance(stored.get("slos"), dict):
+            stored["slos"] = {k: v for k, v in stored["slos"].items() if k not in relative}
+        stored.setdefault("relative_slos", {})  # a study of an older version had none
+        ours: dict[str, Any] = json.loads(json.dumps(self.experiment(), default=str))
+        for key, value in ours.items():
+            if key in stored and stored[key] != value:
+                return f"{key} {difference(stored[key], value)}"
+        return None
 
     @contextmanager
     def leased(self, params: dict[str, Any]) -> Iterator[EngineConfig]:

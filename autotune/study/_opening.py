@@ -21,7 +21,7 @@ from autotune.space import SpaceError
 from autotune.spec import SpecError, TuneSpec
 from autotune.status import TrialStatus
 from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url, redact
-from autotune.study._errors import StudyMismatch, difference
+from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness, model_ref
 from autotune.study._reingest import check_reingest, reingest, used_folders
 from autotune.study._search import make_sampler, told_objectives
@@ -97,18 +97,12 @@ def baseline_params(harness: Harness) -> dict[str, Any]:
 
 
 def _check_same_experiment(harness: Harness, study: optuna.Study) -> None:
-    stored = dict(study.user_attrs)
-    relative = harness.spec.relative_slos
-    if isinstance(stored.get("slos"), dict):  # less the bounds its baseline fixed (`_slos`)
-        stored["slos"] = {k: v for k, v in stored["slos"].items() if k not in relative}
-    stored.setdefault("relative_slos", {})  # a study of an older version had none
-    for key, value in _jsonable(harness.experiment()).items():
-        if key in stored and stored[key] != value:
-            raise StudyMismatch(
-                f"study {harness.spec.study!r} was run with {key} {difference(stored[key], value)}"
-                "; its trials would not be comparable: give the same settings, or use another "
-                "--study name"
-            )
+    changed = harness.differs_from(study.user_attrs)
+    if changed is not None:
+        raise StudyMismatch(
+            f"study {harness.spec.study!r} was run with {changed}; its trials would not be "
+            "comparable: give the same settings, or use another --study name"
+        )
 
 
 def _check_same_search(spec: TuneSpec, stored: dict[str, Any]) -> None:

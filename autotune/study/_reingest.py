@@ -29,7 +29,7 @@ from autotune import store as keys
 from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialSlots
 from autotune.study._design import FIXED
-from autotune.study._errors import StudyMismatch, difference
+from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness
 from autotune.study._measure import Measurement, load_measurement
 from autotune.study._record import Recorder
@@ -92,18 +92,14 @@ class Reingested:
 def check_reingest(harness: Harness, folders: dict[int, Path]) -> None:
     """Raise StudyMismatch when a folder was measured with other settings than the spec's
     (checked before the new study is created)."""
-    ours = _comparable(harness.experiment(), harness.spec.relative_slos)
     for number in sorted(folders):
         record = _read_record(folders[number])
-        if record is None:
-            continue
-        theirs = _comparable(record.get("experiment") or {}, harness.spec.relative_slos)
-        for key, value in ours.items():
-            if theirs.get(key) != value:
-                raise StudyMismatch(
-                    f"--reingest: {folders[number]} was measured with {key} "
-                    f"{difference(theirs.get(key), value)}: give the settings it was run with"
-                )
+        changed = harness.differs_from(record.get("experiment") or {}) if record else None
+        if changed is not None:
+            raise StudyMismatch(
+                f"--reingest: {folders[number]} was measured with {changed}: give the "
+                "settings it was run with"
+            )
 
 
 def reingest(
@@ -227,13 +223,4 @@ def _read_record(folder: Path | None) -> dict[str, Any] | None:
     if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
         return None
     data.setdefault("user_attrs", {})
-    return data
-
-
-def _comparable(experiment: dict[str, Any], relative: dict[str, float]) -> dict[str, Any]:
-    """The experiment as JSON, less the bounds a baseline fixed (a trial run after the
-    baseline records them; the spec holds only their factors)."""
-    data: dict[str, Any] = json.loads(json.dumps(experiment, default=str))
-    if isinstance(data.get("slos"), dict):
-        data["slos"] = {k: v for k, v in data["slos"].items() if k not in relative}
     return data
