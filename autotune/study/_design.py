@@ -9,9 +9,8 @@ spends trials finding it. `LatinStart` spreads them instead: over its `size` des
 every numeric parameter has one point in each of `size` equal strata of its (log) range, in
 an order drawn per parameter, and a categorical takes each of its choices once, in an order
 drawn for it, before any repeats. Past the design (a conditional parameter, a study beyond
-its opening) it samples at random. In benchmarks/sim it took the throughput landscape under
-noise from 9 trials to 98% of the optimum to 7; on the SLO landscape its gain (9 trials to
-95% to 7 on seeds 0-9) is inside the seeds' spread (9 over 20 seeds; docs/benchmarks.md).
+its opening) it samples at random. What it gains over random draws is measured in
+docs/benchmarks.md (`benchmarks/search_efficiency.py`).
 
 Stateless: a trial's place in the design is the number of earlier trials that the sampler
 proposed (not enqueued: the baseline, warm starts, re-measures), and the design is drawn

@@ -29,9 +29,7 @@ from autotune.study._told import ToldSampler
 
 logger = logging.getLogger(__name__)
 
-# Chosen by benchmarks/search_efficiency.py --landscape (docs/benchmarks.md): on the simulated
-# throughput landscape without noise, Optuna's GP sampler with constraints reached 98% of the
-# optimum in a median 8 trials, TPE on the one objective in 16, TPE over every objective in 20.
+# Chosen by benchmarks/search_efficiency.py --landscape; its figures: docs/benchmarks.md.
 DEFAULT_SAMPLER = {"goal": "gp", "pareto": "tpe"}
 GP_STARTUP = 4  # completed trials (the baseline and the design's) before the GP proposes
 
@@ -79,8 +77,7 @@ def _base_sampler(spec: TuneSpec, space: SearchSpace, seed: int) -> optuna.sampl
         return optuna.samplers.NSGAIISampler(seed=seed)
     if name == "gp":
         # Its first proposals after the baseline (one of its GP_STARTUP) are a Latin
-        # hypercube (`_design`), not random draws: in benchmarks/sim it took 98% of the
-        # throughput landscape's optimum under noise from 9 trials to 7 (docs/benchmarks.md).
+        # hypercube (`_design`), not random draws (docs/benchmarks.md has what it gains).
         # One design per study (spec.seed): a resumed study or a joining worker, seeded
         # apart for its own draws, goes on with it.
         opening = LatinStart(GP_STARTUP - 1, seed=spec.seed, random_seed=seed)
