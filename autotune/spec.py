@@ -204,7 +204,7 @@ class TuneSpec(BaseModel):
         "objective is still measured and the Pareto front kept); pareto: search every "
         "objective with no preference",
     )
-    sampler: Literal["auto", "guided", "tpe", "gp", "random", "nsga2"] = Field(
+    sampler: Literal["auto", "tpe", "gp", "random", "nsga2"] = Field(
         default="auto",
         description="auto: the search's default (gp for goal, tpe for pareto)",
     )

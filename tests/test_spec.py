@@ -146,7 +146,7 @@ def test_bad_value_names_the_field_and_counts_the_rest() -> None:
         ({"load": {"rate": 0}}, "--rate 0: expected a number > 0"),
         ({"load": {"concurrency": 0}}, "--concurrency 0: expected a number >= 1"),
         ({"scenario": "batch"}, "--scenario batch: expected 'online' or 'offline'"),
-        ({"sampler": "grid"}, "--sampler grid: expected 'auto', 'guided'"),
+        ({"sampler": "grid"}, "--sampler grid: expected 'auto', 'tpe'"),
         ({"engine": {"command": 3}}, "--engine-command 3: expected a text value"),
     ],
 )

@@ -134,9 +134,7 @@ def tune(
     ] = None,
     sampler: Annotated[
         str | None,
-        typer.Option(
-            help="auto | guided | tpe | gp | random | nsga2", show_default=_spec("sampler")
-        ),
+        typer.Option(help="auto | tpe | gp | random | nsga2", show_default=_spec("sampler")),
     ] = None,
     remeasure: Annotated[
         str | None,

@@ -20,15 +20,19 @@ design where the study is.
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.study import Study
 from optuna.trial import FrozenTrial
-
-from autotune.study._guided import from_unit
 
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
 
@@ -90,3 +94,20 @@ def design_index(study: Study, trial: FrozenTrial) -> int:
     """How many trials before `trial` the sampler proposed (enqueued ones are not counted)."""
     earlier = study.get_trials(deepcopy=False)
     return sum(1 for t in earlier if t.number < trial.number and FIXED not in t.system_attrs)
+
+
+def from_unit(u: float, dist: BaseDistribution) -> Any:
+    """The value at share `u` of the range, on the distribution's step."""
+    assert isinstance(dist, IntDistribution | FloatDistribution)
+    low, high = float(dist.low), float(dist.high)
+    if dist.log:
+        x = math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
+    else:
+        x = low + u * (high - low)
+    step = dist.step
+    if step:
+        x = low + round((x - low) / step) * step
+    x = min(high, max(low, x))
+    if isinstance(dist, IntDistribution):
+        return round(x)
+    return float(round(x, 10))

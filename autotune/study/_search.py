@@ -5,9 +5,8 @@ the SLO, error-rate and failure constraints; every objective is still measured a
 the Pareto front of all of them is what `show`, `export` and the dashboard read.
 `search: pareto` tells Optuna every objective, with no preference among them.
 
-Samplers: `guided` (pattern search from the baseline along vLLM's memory-monotone knobs; see
-`_guided.py`), `tpe`, `gp` (Optuna's Gaussian-process sampler, constraints included; needs
-torch and scipy), `random`, `nsga2`; `auto` is the default of the search: `gp` for goal,
+Samplers: `tpe`, `gp` (Optuna's Gaussian-process sampler, constraints included; needs torch
+and scipy), `random`, `nsga2`; `auto` is the default of the search: `gp` for goal,
 `tpe` for pareto (see docs/benchmarks.md for the figures that chose it). The GP's first
 proposals after the baseline are a Latin hypercube (`_design`), not random draws.
 """
@@ -19,11 +18,9 @@ import logging
 
 import optuna
 
-from autotune.bench import RATES
-from autotune.space import SearchSpace, memory_order
+from autotune.space import SearchSpace
 from autotune.spec import Objective, TuneSpec
 from autotune.study._design import LatinStart
-from autotune.study._guided import GuidedSampler
 from autotune.study._slos import pending
 from autotune.study._told import ToldSampler
 
@@ -84,11 +81,6 @@ def _base_sampler(spec: TuneSpec, space: SearchSpace, seed: int) -> optuna.sampl
         return optuna.samplers.GPSampler(
             seed=seed, n_startup_trials=GP_STARTUP, independent_sampler=opening
         )
-    if name == "guided":
-        up = [p.name for p in space.parameters if memory_order(p) == "up"]
-        first = spec.objectives[0]
-        prefer_up = first.metric in RATES and first.direction == "maximize"
-        return GuidedSampler(space.distributions(), up=up, prefer_up=prefer_up, seed=seed)
     return optuna.samplers.TPESampler(
         seed=seed, multivariate=True, constant_liar=True, n_startup_trials=4
     )

@@ -1,6 +1,6 @@
 """The search-efficiency table on simulated landscapes (`search_efficiency.py --landscape`).
 
-    python benchmarks/search_efficiency.py --landscape NAME[,NAME] [--methods guided,tpe,...]
+    python benchmarks/search_efficiency.py --landscape NAME[,NAME] [--methods gp,tpe,...]
         [--seeds 10] [--trials 30] [--noise 0.05] [--drift 0.26] [--jobs 2] [--out F.json]
 
 For each landscape: its ground-truth optimum (random samples refined by a coordinate search,

@@ -189,7 +189,6 @@ METHODS = {
     "gp-once": Method("gp-once", {"search": "goal", "sampler": "gp", "remeasure": "off"}),
     "tpe": Method("tpe", {"search": "goal", "sampler": "tpe"}),
     "tpe-once": Method("tpe-once", {"search": "goal", "sampler": "tpe", "remeasure": "off"}),
-    "guided": Method("guided", {"search": "goal", "sampler": "guided"}),
     "tpe-pareto": Method("tpe-pareto", {"search": "pareto", "sampler": "tpe"}),
     "random": Method("random", {"search": "goal", "sampler": "random", "remeasure": "off"}),
 }

@@ -10,7 +10,6 @@ import pytest
 from autotune.space import load_space
 from autotune.spec import TuneSpec
 from autotune.study import _search, make_sampler, sampler_name, told_objectives
-from autotune.study._guided import GuidedSampler
 from autotune.study._told import ToldSampler
 
 
@@ -37,7 +36,6 @@ def test_auto_is_gp_for_goal_and_tpe_for_pareto() -> None:
     assert isinstance(slo, ToldSampler) and isinstance(slo.base, optuna.samplers.GPSampler)
     pareto = make_sampler(spec(search="pareto"), space)
     assert isinstance(pareto, optuna.samplers.TPESampler)
-    assert isinstance(base(make_sampler(spec(sampler="guided"), space)), GuidedSampler)
     random = make_sampler(spec(sampler="random", remeasure="off"), space)
     assert isinstance(random, optuna.samplers.RandomSampler)
 
