@@ -149,9 +149,11 @@ RETIRED_FIELDS = ("speed_probe",)
 
 
 class TuneSpec(BaseModel):
-    """A tuning study: model, workload, load, objectives, SLOs, search space, budget, storage."""
+    """A tuning study: model, workload, load, objectives, SLOs, search space, budget, storage.
+    Frozen: built once by the CLI (flags over a spec file) and read below it; what a study
+    fixes as it runs (the bounds its baseline sets) is the study's (`study._slos`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -322,6 +324,11 @@ class TuneSpec(BaseModel):
     def _parse_workload(cls, value: Any) -> Any:
         return parse_workload(value) if isinstance(value, str | dict) else value
 
+    def _complete(self, name: str, value: Any) -> None:
+        """Set field `name` while the spec is validated (what a scenario implies): once built,
+        the spec is frozen."""
+        object.__setattr__(self, name, value)
+
     @model_validator(mode="after")
     def _offline(self) -> TuneSpec:
         if self.scenario != "offline":
@@ -332,7 +339,9 @@ class TuneSpec(BaseModel):
         if self.repeats > 1:
             raise ValueError("--repeats applies to online trials: an offline trial is one batch")
         if [(o.metric, o.direction) for o in self.objectives] == list(DEFAULT_OBJECTIVES):
-            self.objectives = [Objective(metric=m, direction=d) for m, d in OFFLINE_OBJECTIVES]
+            self._complete(
+                "objectives", [Objective(metric=m, direction=d) for m, d in OFFLINE_OBJECTIVES]
+            )
         return self
 
     @model_validator(mode="after")
@@ -363,7 +372,7 @@ class TuneSpec(BaseModel):
                 "a trace sets its own arrivals: drop --rate (scale them with rate_scale=N)"
             )
         load = self.load if "load" in self.model_fields_set else LoadProfile(trace=True)
-        self.load = load.model_copy(update={"rate": None, "trace": True})
+        self._complete("load", load.model_copy(update={"rate": None, "trace": True}))
         return self
 
     @model_validator(mode="after")
@@ -380,7 +389,7 @@ class TuneSpec(BaseModel):
                 f"served_model_name {self.served_model_name!r} and the engine option "
                 f"served_model_name={served!r} differ: give it once"
             )
-        self.served_model_name = str(served)
+        self._complete("served_model_name", str(served))
         return self
 
     @model_validator(mode="after")
@@ -397,7 +406,9 @@ class TuneSpec(BaseModel):
         if not self.slos:
             raise ValueError("a capacity search needs at least one SLO (--slo p99_ttft_ms=...)")
         if [(o.metric, o.direction) for o in self.objectives] == list(DEFAULT_OBJECTIVES):
-            self.objectives = [Objective(metric=m, direction=d) for m, d in CAPACITY_OBJECTIVES]
+            self._complete(
+                "objectives", [Objective(metric=m, direction=d) for m, d in CAPACITY_OBJECTIVES]
+            )
         return self
 
     @field_validator("parallel")

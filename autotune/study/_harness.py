@@ -18,7 +18,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from autotune.spec import SpecError, TuneSpec
 from autotune.study._errors import difference
 from autotune.study._measure import Measure, Measurement, Workplan, measure
 from autotune.study._prune import Judge
+from autotune.study._slos import StudyBounds
 
 logger = logging.getLogger(__name__)
 
@@ -92,10 +93,13 @@ class Harness:
     host: str = field(default_factory=socket.gethostname)
     plan: Workplan | None = None  # the workload (None: a measure that brings its own)
     settings: LaunchSettings | None = None
+    slo_bounds: InitVar[StudyBounds | None] = None  # the plan's (None: the spec's, a new one)
+    bounds: StudyBounds = field(init=False)  # the study's SLO bounds (`_slos`): the spec's, fixed
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, slo_bounds: StudyBounds | None) -> None:
         if self.lanes < 1:
             raise ValueError(f"lanes must be >= 1, not {self.lanes}")
+        self.bounds = slo_bounds if slo_bounds is not None else StudyBounds.of(self.spec)
 
     def engine_config(self, params: dict[str, Any], lease: Lease | None = None) -> EngineConfig:
         """The engine config of `params`; with a lease, shown only the leased devices (on CPU:
@@ -192,11 +196,12 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     except WorkloadError as exc:
         raise SpecError(f"workload: {exc}") from None
     _check_fits(spec, space.fixed.get("max_model_len"), [*warmup, *requests])
+    bounds = StudyBounds.of(spec)
     plan = Workplan(
         warmup,
         requests,
         spec.load,
-        spec.slos,
+        bounds.values,
         spec.max_error_rate,
         hang_s=spec.engine.hang_timeout_s,
         deadline_s=spec.engine.benchmark_timeout_s,
@@ -261,6 +266,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         host=host or socket.gethostname(),
         plan=plan,
         settings=settings,
+        slo_bounds=bounds,
     )
 
 

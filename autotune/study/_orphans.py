@@ -68,7 +68,7 @@ def _settle(
     trial_dir = layout.trial_dir(harness.spec.study_dir, trial.number)
     if local:
         reap_stale_engine(trial_dir)
-        saved = load_measurement(trial_dir, harness.spec.slos)
+        saved = load_measurement(trial_dir, harness.bounds.values)
         if saved is not None:
             logger.warning("recording trial %d from %s", trial.number, trial_dir)
             recorder.tell(study, Trial(study, trial._trial_id), saved, trial_dir)

@@ -33,7 +33,7 @@ from autotune.study._gate import Verdict
 from autotune.study._measure import Measurement, load_measurement
 from autotune.study._objectives import constraint_values, objective_values
 from autotune.study._search import told_objectives
-from autotune.study._slos import fix_bounds, pending
+from autotune.study._slos import StudyBounds
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +45,12 @@ class Recorder:
     """Writes a study's trials: `learn_failures=False` tells a failed measurement as a FAILED
     trial (samplers ignore those; the naive way, kept for benchmarks)."""
 
-    def __init__(self, spec: TuneSpec, store: StudyStore, learn_failures: bool = True) -> None:
+    def __init__(
+        self, spec: TuneSpec, store: StudyStore, bounds: StudyBounds, learn_failures: bool = True
+    ) -> None:
         self.spec = spec
         self.store = store
+        self.bounds = bounds  # the study's SLO bounds (`_slos`), fixed by its baseline
         self.learn_failures = learn_failures
 
     def proposed(self, trial: Trial, description: str, config: EngineConfig) -> None:
@@ -73,7 +76,7 @@ class Recorder:
         assert verdict.status is not None
         trial.set_user_attr(keys.STATUS, verdict.status)
         trial.set_user_attr(keys.REASON, verdict.reason)
-        for name, value in constraint_values(None, self.spec.slos, 0.0, verdict.status).items():
+        for name, value in constraint_values(None, self.bounds.values, 0.0, verdict.status).items():
             trial.set_constraint(name, value)
         study.tell(trial, objective_values(told_objectives(self.spec), None))
 
@@ -108,13 +111,13 @@ class Recorder:
             study.tell(trial, state=TrialState.FAIL)  # the naive way: samplers ignore it
             return
         constraints = constraint_values(
-            m.summary, self.spec.slos, self.spec.max_error_rate, m.status
+            m.summary, self.bounds.values, self.spec.max_error_rate, m.status
         )
         relative = self.spec.relative_slos
         if relative and m.summary is not None and self._runs_the_baseline(study, trial):
             # A bound relative to the baseline is the baseline's own value times its factor:
             # a run of the baseline's config is at 1x of it by definition, as the confirm step
-            # pairs it (docs/metrics.md, "Bounds relative to the baseline").
+            # pairs it (docs/metrics.md, "StudyBounds relative to the baseline").
             for name, factor in relative.items():
                 if name in constraints:
                     constraints[name] = 1.0 / factor - 1.0
@@ -138,14 +141,14 @@ class Recorder:
     ) -> Measurement:
         """The baseline fixes the study's baseline-relative bounds (see `_slos`); its own
         summary is then rebuilt with them (goodput counts requests within every bound)."""
-        if not pending(self.spec):
+        if not self.bounds.pending():
             return m
         assert m.summary is not None
-        basis = fix_bounds(self.spec, m.summary, trial.number)
+        basis = self.bounds.fix(m.summary, trial.number)
         study.set_user_attr(BASIS_ATTR, {**(study.user_attrs.get(BASIS_ATTR) or {}), **basis})
-        study.set_user_attr(SLOS_ATTR, dict(self.spec.slos))
+        study.set_user_attr(SLOS_ATTR, dict(self.bounds.values))
         logger.info("baseline-relative SLOs fixed by trial %d: %s", trial.number, basis)
-        saved = load_measurement(trial_dir, self.spec.slos)
+        saved = load_measurement(trial_dir, self.bounds.values)
         if saved is None or saved.summary is None:
             return m
         return dataclasses.replace(m, summary=saved.summary)

@@ -33,7 +33,6 @@ from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness
 from autotune.study._measure import Measurement, load_measurement
 from autotune.study._record import Recorder
-from autotune.study._slos import pending
 
 logger = logging.getLogger(__name__)
 
@@ -108,21 +107,21 @@ def reingest(
     """Record the measurements of `folders` (number -> folder) in the new, empty `study`,
     each as the trial of its number (see the module's docstring)."""
     spec = harness.spec
-    recorder = Recorder(spec, store)
+    recorder = Recorder(spec, store, harness.bounds)
     slots = store.slots(study)
     done = Reingested()
     for number in range(max(folders) + 1):
         folder = folders.get(number)
         record = _read_record(folder) if folder is not None else None
-        # Loaded one by one: a baseline recorded first fixes its relative bounds in spec.slos.
-        saved = load_measurement(folder, spec.slos) if folder and record else None
+        # Loaded one by one: a baseline recorded first fixes its relative bounds.
+        saved = load_measurement(folder, harness.bounds.values) if folder and record else None
         if saved is None or saved.status == TrialStatus.INTERRUPTED:
             _keep(study, number, folder, record, saved)
             done.kept += 1
             continue
         assert record is not None and folder is not None
         baseline = record["user_attrs"].get(keys.ROLE) == keys.ROLE_BASELINE
-        if pending(spec) and not baseline:
+        if harness.bounds.pending() and not baseline:
             why = "no baseline was re-ingested to fix its bounds relative to it"
             _keep(study, number, folder, record, None, why)
             done.kept += 1

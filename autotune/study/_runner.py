@@ -35,7 +35,6 @@ from autotune.study._harness import Harness
 from autotune.study._opening import open_study, retry_failed_baseline
 from autotune.study._orphans import settle_orphans
 from autotune.study._record import Recorder
-from autotune.study._slos import adopt_bounds, pending
 from autotune.study._trial import NO_SLOT, Outcome, TrialRunner
 from autotune.study._worker import end_run, new_run
 
@@ -132,7 +131,7 @@ class StudyRunner:
         self.store = store
         self.emit = on_event
         self.join = join
-        self.recorder = Recorder(harness.spec, store, learn_failures)
+        self.recorder = Recorder(harness.spec, store, harness.bounds, learn_failures)
         self.poll_s = poll_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -172,7 +171,7 @@ class StudyRunner:
         that took it), and fixes the bounds before any other trial is launched (`_slos`).
         (Optuna pops the oldest queued trial: a baseline queued again after a failure, behind
         queued warm starts, lets those run first, judged without the pending bounds.)"""
-        while not adopt_bounds(self.spec, study.user_attrs):
+        while not self.harness.bounds.adopt(study.user_attrs):
             if len(trials.slots.held()) >= self.spec.trials:
                 return  # the budget is spent: nothing is left to judge
             states = {
@@ -186,9 +185,10 @@ class StudyRunner:
                 self._stop.wait(self.poll_s)
                 self._settle(study, trials)
             else:
+                pending = ", ".join(self.harness.bounds.pending())
                 raise StudyError(
                     "the study has baseline-relative SLOs but no measured baseline to fix them "
-                    f"({', '.join(pending(self.spec))}); run it again to retry the baseline"
+                    f"({pending}); run it again to retry the baseline"
                 )
 
     def _settle(self, study: optuna.Study, trials: TrialRunner) -> None:

@@ -21,7 +21,6 @@ import optuna
 from autotune.space import SearchSpace
 from autotune.spec import Objective, TuneSpec
 from autotune.study._design import LatinStart
-from autotune.study._slos import pending
 from autotune.study._told import ToldSampler
 
 logger = logging.getLogger(__name__)
@@ -60,7 +59,7 @@ def make_sampler(
     sampler = _base_sampler(spec, space, spec.seed + offset)
     if isinstance(sampler, optuna.samplers.RandomSampler):
         return sampler  # it reads nothing of the study
-    slos = [*spec.slos, *pending(spec)]  # a relative SLO is a constraint once fixed
+    slos = [*spec.slos, *spec.relative_slos]  # a relative SLO is a constraint once fixed
     if not slos:
         return sampler  # without SLOs it would be told the stored values
     return ToldSampler(sampler, slos)  # SLO constraints on a log scale (see `_told`)

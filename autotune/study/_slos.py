@@ -11,14 +11,16 @@ one came from; `show`, `export`, the dashboard, a resumed study and every worker
 there, so it is fixed once, ever. The confirm step judges a relative bound against the
 baseline of each of its rounds instead (`_confirm`).
 
-The bounds change in one place, `fix_bounds`/`adopt_bounds`, and in place (`spec.slos` is the
-dict that the workload plan, the recorder and the pruning judge all hold).
+The bounds are the study's, not the spec's: `StudyBounds` (one per harness) starts from the spec's
+absolute bounds and changes in one place, `fix`/`adopt`, in place (`StudyBounds.values` is the dict
+that the workload plan, the recorder and the pruning judge all hold). The spec is never changed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.bench import Summary
@@ -27,35 +29,46 @@ from autotune.spec import TuneSpec
 from autotune.study._errors import StudyError
 
 
-def pending(spec: TuneSpec) -> list[str]:
-    """The relative SLOs whose bound is not fixed yet."""
-    return [name for name in spec.relative_slos if name not in spec.slos]
+@dataclass
+class StudyBounds:
+    """A study's SLO bounds: `values` holds the spec's absolute ones and each relative one
+    (`relative`: metric -> factor) once the baseline fixed it."""
 
+    relative: Mapping[str, float] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)
 
-def adopt_bounds(spec: TuneSpec, attrs: Mapping[str, Any]) -> bool:
-    """Take the bounds a study's baseline fixed (its stored attributes) into `spec`; True when
-    none is pending any more."""
-    stored = attrs.get(BASIS_ATTR) or {}
-    bounds = attrs.get(SLOS_ATTR) or {}
-    for name in pending(spec):
-        if name in stored and name in bounds:
-            spec.slos[name] = float(bounds[name])
-    return not pending(spec)
+    @classmethod
+    def of(cls, spec: TuneSpec) -> StudyBounds:
+        """The bounds of a study of `spec` before its baseline ran."""
+        return cls(relative=dict(spec.relative_slos), values=dict(spec.slos))
 
+    def pending(self) -> list[str]:
+        """The relative SLOs whose bound is not fixed yet."""
+        return [name for name in self.relative if name not in self.values]
 
-def fix_bounds(spec: TuneSpec, summary: Summary, trial: int) -> dict[str, Any]:
-    """Fix the pending bounds from the baseline's `summary` (trial number `trial`), in place;
-    the basis to store. Raises StudyError when the baseline did not measure a metric."""
-    basis: dict[str, Any] = {}
-    for name in pending(spec):
-        value = summary.metric(name)
-        if not math.isfinite(value) or value <= 0:
-            raise StudyError(
-                f"the baseline (trial {trial}) measured no {name} ({value}): a bound "
-                f"relative to it cannot be fixed; give --slo {name}=NUMBER instead"
-            )
-        factor = spec.relative_slos[name]
-        basis[name] = {"factor": factor, "baseline": value, "trial": trial}
-    for name, entry in basis.items():
-        spec.slos[name] = entry["factor"] * entry["baseline"]
-    return basis
+    def adopt(self, attrs: Mapping[str, Any]) -> bool:
+        """Take the bounds a study's baseline fixed (its stored attributes); True when none
+        is pending any more."""
+        stored = attrs.get(BASIS_ATTR) or {}
+        bounds = attrs.get(SLOS_ATTR) or {}
+        for name in self.pending():
+            if name in stored and name in bounds:
+                self.values[name] = float(bounds[name])
+        return not self.pending()
+
+    def fix(self, summary: Summary, trial: int) -> dict[str, Any]:
+        """Fix the pending bounds from the baseline's `summary` (trial number `trial`); the
+        basis to store. Raises StudyError when the baseline did not measure a metric."""
+        basis: dict[str, Any] = {}
+        for name in self.pending():
+            value = summary.metric(name)
+            if not math.isfinite(value) or value <= 0:
+                raise StudyError(
+                    f"the baseline (trial {trial}) measured no {name} ({value}): a bound "
+                    f"relative to it cannot be fixed; give --slo {name}=NUMBER instead"
+                )
+            factor = self.relative[name]
+            basis[name] = {"factor": factor, "baseline": value, "trial": trial}
+        for name, entry in basis.items():
+            self.values[name] = entry["factor"] * entry["baseline"]
+        return basis

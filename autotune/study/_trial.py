@@ -246,7 +246,9 @@ class TrialRunner:
             for t in pareto_front(records, objectives)
         ]
         rule = PruneRule(margin=spec.prune_margin)
-        return make_judge(rule, objectives, front, spec.slos, spec.max_error_rate, total)
+        return make_judge(
+            rule, objectives, front, self.harness.bounds.values, spec.max_error_rate, total
+        )
 
     def _slot_twin(self, study: optuna.Study, trial: Trial) -> int | None:
         """Another running trial of the same config that holds a slot (checked after claiming,

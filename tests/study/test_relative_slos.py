@@ -18,7 +18,7 @@ from autotune.engine import EngineConfig
 from autotune.space import SearchSpace
 from autotune.store import StudyStore
 from autotune.study import Harness, Measurement, StudyError, StudyRunner
-from autotune.study._slos import adopt_bounds
+from autotune.study._slos import StudyBounds
 from study.test_lanes import tp_space
 from study.test_runner import FakeMeasure, MakeSpec, launched, records
 
@@ -63,14 +63,18 @@ def test_a_resumed_study_and_the_confirm_step_keep_the_first_bound(
 
     # The baseline's engine is slower today: a second baseline would fix another bound.
     resumed = make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR})
-    StudyRunner(Harness(resumed, space, measure), store).run()
-    assert resumed.slos == {"p99_ttft_ms": first}  # adopted from the store, never re-fixed
+    before = resumed.model_dump()
+    harness = Harness(resumed, space, measure)
+    StudyRunner(harness, store).run()
+    assert harness.bounds.values == {"p99_ttft_ms": first}  # adopted from the store, not re-fixed
+    assert resumed.model_dump() == before  # the study's bounds, never the spec's
     assert store.study_attrs(spec.study)["slos"]["p99_ttft_ms"] == first
     assert [t.role for t in records(spec)].count("baseline") == 1
 
-    fresh = make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR})  # `autotune confirm`
-    assert adopt_bounds(fresh, store.study_attrs(spec.study))
-    assert fresh.slos == {"p99_ttft_ms": first}
+    fresh = StudyBounds.of(make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR}))
+    assert fresh.pending() == ["p99_ttft_ms"]
+    assert fresh.adopt(store.study_attrs(spec.study))  # `autotune confirm`
+    assert fresh.values == {"p99_ttft_ms": first}
 
 
 def test_a_changed_factor_is_another_experiment(
