@@ -12,8 +12,8 @@ trap 'bash scripts/postgres.sh stop' EXIT
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 # The tests that start no real vLLM side by side (pytest-xdist; they mostly wait on fake
-# engines and subprocesses), then the real-engine tests alone: a vLLM engine takes every core,
-# and their timings must not share it. Arguments go to both runs; a run that selects nothing
+# engines and subprocesses), then the real-engine tests (and the few others marked `alone`)
+# one at a time: a vLLM engine takes every core, and their timings must not share it. Arguments go to both runs; a run that selects nothing
 # (pytest's exit 5) is no failure.
 phase() {
     local rc=0
@@ -25,6 +25,6 @@ for arg in "$@"; do  # a marker of one's own (`-m "not engine"`): one run, as as
     if [ "$arg" = -m ]; then phase "$@"; exit; fi
 done
 failed=0
-phase -m "not engine" -n "${AUTOTUNE_TEST_WORKERS:-4}" "$@" || failed=1
-phase -m engine "$@" || failed=1
+phase -m "not engine and not alone" -n "${AUTOTUNE_TEST_WORKERS:-4}" "$@" || failed=1
+phase -m "engine or alone" "$@" || failed=1
 exit "$failed"

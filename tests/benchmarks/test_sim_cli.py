@@ -45,6 +45,7 @@ def test_the_workload_is_the_landscapes_own_requests_as_a_trace(tmp_path: Path) 
     assert closed[closed.index("--concurrency") + 1] == "800"  # a closed loop: all at 0, capped
 
 
+@pytest.mark.alone  # the client must keep up with the simulated server's wall-clock streams
 def test_a_cli_study_on_the_simulated_engine_is_scored_by_the_truth(tmp_path: Path) -> None:
     """Three trials of the default search through `autotune tune` and `autotune export`: every
     trial launched a server, its measured throughput follows the truth at the time scale,
