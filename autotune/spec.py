@@ -245,7 +245,9 @@ class TuneSpec(BaseModel):
         default=1, description="Trials at once, on disjoint devices (auto: as the devices allow)"
     )
     devices: str | None = Field(
-        default=None, description="Device ids the tuner may use, e.g. 0-3,6 (default: all)"
+        default=None,
+        description="Device ids the tuner may use, e.g. 0-3,6 (default: all, or those an "
+        "inherited CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES allows)",
     )
     repair: bool = Field(
         default=False, description="Retry an OOM trial once with less memory (a linked trial)"

@@ -27,3 +27,14 @@ def host_lock_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("host-locks")
     os.environ["AUTOTUNE_LOCK_DIR"] = str(folder)
     return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_inherited_device_selection() -> None:
+    """A developer's CUDA_VISIBLE_DEVICES (or ASCEND_RT_VISIBLE_DEVICES) would narrow every
+    stand-in GPU or NPU host's pool (autotune.devices._selection.inherited); the tests that
+    mean one set it."""
+    import os
+
+    for name in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"):
+        os.environ.pop(name, None)

@@ -11,6 +11,10 @@ Platform = Literal["ascend", "cuda", "cpu"]
 DeviceKind = Literal["npu", "gpu", "cpu"]
 PLATFORMS: tuple[Platform, ...] = ("ascend", "cuda", "cpu")
 
+# The variable each platform's runtime reads for the devices a process may use: a user on a
+# shared host sets it for every program, and a lease sets it for each trial.
+VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "ascend": "ASCEND_RT_VISIBLE_DEVICES"}
+
 
 class DeviceError(ValueError):
     """Devices that cannot be found or given as asked; the message is one line for the user."""

@@ -17,7 +17,14 @@ from collections.abc import Hashable, Sequence
 from types import TracebackType
 
 from autotune.devices._hostlock import POLL_S, HostHold, device_keys, owner, try_hold
-from autotune.devices._inventory import Device, DeviceError, DeviceKind, Inventory, Platform
+from autotune.devices._inventory import (
+    VISIBLE_DEVICES,
+    Device,
+    DeviceError,
+    DeviceKind,
+    Inventory,
+    Platform,
+)
 from autotune.devices._placement import nearest_set, pair_cost
 from autotune.devices._topology import Topology
 
@@ -53,9 +60,9 @@ class Lease:
         platform = self._pool.platform
         ids = ",".join(str(i) for i in self.ids)
         if platform == "ascend":
-            return {"ASCEND_RT_VISIBLE_DEVICES": ids}
+            return {VISIBLE_DEVICES["ascend"]: ids}
         if platform == "cuda":
-            return {"CUDA_VISIBLE_DEVICES": ids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+            return {VISIBLE_DEVICES["cuda"]: ids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(d.cores or "" for d in self.devices)}
 
     def release(self) -> None:

@@ -1,14 +1,21 @@
-"""`--devices 0-3,6`: the device list a user gives, and limiting an inventory to it."""
+"""`--devices 0-3,6`: the device list a user gives, and limiting an inventory to it; and the
+selection the user already made for every program (`CUDA_VISIBLE_DEVICES=4,5,6,7`,
+`ASCEND_RT_VISIBLE_DEVICES`), inherited as the pool that `--devices` narrows."""
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from autotune.devices._discover import Runner, discover
-from autotune.devices._inventory import DeviceError, Inventory
+from autotune.devices._inventory import VISIBLE_DEVICES, DeviceError, Inventory
 from autotune.devices._numa import format_cpulist
+
+logger = logging.getLogger(__name__)
 
 _SINGLE = re.compile(r"^\d+$")
 _RANGE = re.compile(r"^(\d+)\s*-\s*(\d+)$")
@@ -56,15 +63,16 @@ def format_device_list(ids: list[int]) -> str:
     return format_cpulist(ids)
 
 
-def select_devices(inventory: Inventory, ids: list[int]) -> Inventory:
-    """The inventory limited to `ids` (in id order). Raises DeviceError naming unknown ids."""
+def select_devices(inventory: Inventory, ids: list[int], where: str = "on this host") -> Inventory:
+    """The inventory limited to `ids` (in id order). Raises DeviceError naming unknown ids
+    (`where`: what holds the inventory, for that line)."""
     known = set(inventory.ids)
     unknown = [device for device in ids if device not in known]
     if unknown:
         noun = "device" if len(unknown) == 1 else "devices"
         available = format_device_list(inventory.ids) or "none"
         raise DeviceError(
-            f"no {inventory.platform} {noun} {format_device_list(unknown)} on this host: "
+            f"no {inventory.platform} {noun} {format_device_list(unknown)} {where}: "
             f"available are {available}"
         )
     wanted = set(ids)
@@ -72,10 +80,48 @@ def select_devices(inventory: Inventory, ids: list[int]) -> Inventory:
 
 
 def discover_selected(
-    platform: str, devices: str | None, *, run: Runner | None = None, root: Path = Path("/")
+    platform: str,
+    devices: str | None,
+    *,
+    run: Runner | None = None,
+    root: Path = Path("/"),
+    env: Mapping[str, str] | None = None,
 ) -> Inventory:
-    """`discover(platform)` limited to the `--devices` list, if one is given. The list is
-    checked first, so that a malformed one runs no device tool."""
+    """`discover(platform)` limited to the selection inherited from `env` (default: this
+    process's; see `inherited`), then to the `--devices` list within it, if one is given. The
+    list is checked first, so that a malformed one runs no device tool."""
     wanted = parse_device_list(devices) if devices is not None else None
     inventory = discover(platform, run=run, root=root)
-    return inventory if wanted is None else select_devices(inventory, wanted)
+    inventory, where = inherited(inventory, os.environ if env is None else env)
+    return inventory if wanted is None else select_devices(inventory, wanted, where)
+
+
+def inherited(inventory: Inventory, env: Mapping[str, str]) -> tuple[Inventory, str]:
+    """The devices of `inventory` that the selection in `env` allows (`CUDA_VISIBLE_DEVICES`
+    on a GPU host, `ASCEND_RT_VISIBLE_DEVICES` on an NPU host: ids as nvidia-smi and npu-smi
+    show them, which the leases' own variable uses too), said in one line; and where the
+    devices are, for an error line. Without the variable: the inventory as it is. Raises
+    DeviceError for an empty selection, one that is not a list of ids, or an id the host
+    lacks."""
+    name = VISIBLE_DEVICES.get(inventory.platform)
+    if name is None or name not in env:
+        return inventory, "on this host"
+    text = env[name].strip()
+    if not text:
+        raise DeviceError(
+            f"{name} is set and empty: no {inventory.platform} device is visible to this "
+            "process; unset it, or list the devices the tuner may use"
+        )
+    items = [item.strip() for item in text.split(",")]
+    if not all(_SINGLE.match(item) for item in items) or len(set(items)) != len(items):
+        raise DeviceError(
+            f"{name}={text!r}: expected distinct device ids such as 4,5,6,7 (UUIDs and MIG "
+            "names are not read here: unset it and give --devices with the ids "
+            f"{'nvidia-smi' if inventory.platform == 'cuda' else 'npu-smi'} shows)"
+        )
+    limited = select_devices(inventory, [int(item) for item in items])
+    shown = format_device_list(limited.ids)
+    logger.warning(
+        "%s=%s inherited: trials use %s devices %s only", name, text, inventory.platform, shown
+    )
+    return limited, f"among {name}={text}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,37 @@ def test_a_host_whose_every_gpu_is_held_says_so(tmp_path: Path) -> None:
         plan_lanes("cuda", 1, busy_share=0.1, run=tools(GPU_HOST), root=root)
     pool, _ = plan_lanes("cuda", 1, busy_share=1.0, run=tools(GPU_HOST), root=root)
     assert pool is not None and pool.size == 4  # a threshold of 1: nothing is judged busy
+
+
+def test_an_inherited_cuda_visible_devices_is_the_pool_and_devices_narrow_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 34: a user on a shared host types CUDA_VISIBLE_DEVICES=2,3; discovery listed every
+    # GPU nvidia-smi shows, and the leases then overwrote the variable: trials on GPUs 0-1.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    root = fake_host(tmp_path, {0: "0-15"})
+    pool, lanes = plan_lanes("cuda", "auto", run=tools(GPU_HOST), root=root)
+    assert pool is not None and [d.id for d in pool.devices] == [2, 3] and lanes == 2
+    assert pool.acquire(1).env["CUDA_VISIBLE_DEVICES"] == "2"
+    assert "CUDA_VISIBLE_DEVICES=2,3 inherited: trials use cuda devices 2-3 only" in caplog.text
+    narrowed, one = plan_lanes("cuda", 1, "3", run=tools(GPU_HOST), root=root)
+    assert narrowed is not None and [d.id for d in narrowed.devices] == [3] and one == 1
+    with pytest.raises(DeviceError, match=r"no cuda device 1 among CUDA_VISIBLE_DEVICES=2,3: "):
+        plan_lanes("cuda", 1, "1", run=tools(GPU_HOST), root=root)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "ASCEND_RT_VISIBLE_DEVICES is set and empty: no ascend device is visible"),
+        ("0,x", "ASCEND_RT_VISIBLE_DEVICES='0,x': expected distinct device ids such as"),
+        ("1,1", "expected distinct device ids"),
+        ("9", "no ascend device 9 on this host: available are 0-7"),
+    ],
+)
+def test_an_inherited_selection_that_cannot_be_read_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, message: str
+) -> None:
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", value)
+    with pytest.raises(DeviceError, match=re.escape(message)):
+        plan_lanes("ascend", 1, run=tools(NPU_HOST), root=kunpeng_like(tmp_path))
