@@ -27,6 +27,7 @@ app = typer.Typer(
     help="Find the best vLLM serving configuration for a model, hardware and workload.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     add_completion=False,
     # `-h` as well as `--help`, on every command (click passes it down to subcommands).
     context_settings={"help_option_names": ["-h", "--help"]},

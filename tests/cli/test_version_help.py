@@ -60,6 +60,22 @@ def test_dash_h_is_help_on_every_command() -> None:
         assert "Usage:" in short.stdout and short.stdout == long.stdout, path
 
 
+def test_every_help_fits_80_columns_and_cuts_no_word() -> None:
+    # Issue 33: at 80 columns rich's tables cut `--device-cost-per-hour` to
+    # `--device-cost-per-ho…` and a workload's example to `random:input=256,out…`.
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    for path, _ in [((), None), *commands()]:
+        done = CliRunner().invoke(app, [*path, "--help"], terminal_width=80)
+        assert done.exit_code == 0, (path, done.output)
+        long = [line for line in done.stdout.splitlines() if len(line) > 80]
+        assert not long and "…" not in done.stdout, (path, long)
+    tune = CliRunner().invoke(app, ["tune", "--help"], terminal_width=80).stdout
+    assert "--device-cost-per-hour <float>" in tune
+
+
 def test_every_option_with_a_default_shows_it() -> None:
     for path, command in commands():
         for param in command.params:
