@@ -10,6 +10,7 @@ check is first shown to catch what it looks for on a small synthetic tree, then 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -400,3 +401,15 @@ def test_a_layer_breach_is_found() -> None:
 def test_dependencies_point_one_way() -> None:
     found = layer_breaches(import_graph(ROOT))
     assert not found, "imports against the layers:\n" + "\n".join(found)
+
+
+def test_no_test_module_imports_another() -> None:
+    # Issue 33: shared stand-ins live in helper modules (tests/builders.py, study/fakes.py,
+    # devices/fake_host.py) or conftests, never in a test module another one imports.
+    pattern = re.compile(r"^\s*from\s+(?:tests\.)?([\w.]*\btest_\w+)\s+import", re.MULTILINE)
+    found = [
+        f"{path.relative_to(ROOT)}: {match[1]}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for match in pattern.finditer(path.read_text())
+    ]
+    assert not found, found

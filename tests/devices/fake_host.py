@@ -10,6 +10,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from autotune.devices import NPU_SMI_INFO, NPU_SMI_TOPO, NVIDIA_GPU_QUERY
+
 SMI_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "smi"
 RECORDED_MEMTOTAL = 12019916 * 1024  # MemTotal of node0_meminfo
 
@@ -56,3 +58,15 @@ def tools(outputs: dict[tuple[str, ...], str | Exception]) -> Callable[[list[str
         return (SMI_FIXTURES / output).read_text()
 
     return run
+
+
+NPU_HOST = {
+    NPU_SMI_INFO: "npu_smi_910b3_x8_topo_host.txt",
+    NPU_SMI_TOPO: "npu_smi_topo_910b3_x8.txt",
+}
+GPU_HOST = {NVIDIA_GPU_QUERY: "nvidia_query_gpu_a10g_x4.csv"}
+
+
+def kunpeng_like(root: Path) -> Path:
+    """Made up to match the recorded 910B3 host's affinities: 8 NUMA nodes of 24 CPUs."""
+    return fake_host(root, {n: f"{24 * n}-{24 * n + 23}" for n in range(8)})

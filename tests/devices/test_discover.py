@@ -17,19 +17,9 @@ from autotune.devices import (
     DeviceError,
     discover,
 )
-from devices.fake_host import RECORDED_MEMTOTAL, fake_host, tools
+from devices.fake_host import GPU_HOST, NPU_HOST, RECORDED_MEMTOTAL, fake_host, kunpeng_like, tools
 
 MIB = 1 << 20
-NPU_HOST = {
-    NPU_SMI_INFO: "npu_smi_910b3_x8_topo_host.txt",
-    NPU_SMI_TOPO: "npu_smi_topo_910b3_x8.txt",
-}
-GPU_HOST = {NVIDIA_GPU_QUERY: "nvidia_query_gpu_a10g_x4.csv"}
-
-
-def kunpeng_like(root: Path) -> Path:
-    """Made up to match the recorded 910B3 host's affinities: 8 NUMA nodes of 24 CPUs."""
-    return fake_host(root, {n: f"{24 * n}-{24 * n + 23}" for n in range(8)})
 
 
 def test_ascend_npus_with_their_cpu_affinity(tmp_path: Path) -> None:

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune.devices import NPU_SMI_INFO, DeviceError, plan_lanes
-from devices.fake_host import fake_host, tools
-from devices.test_discover import GPU_HOST, NPU_HOST, kunpeng_like
+from devices.fake_host import GPU_HOST, NPU_HOST, fake_host, kunpeng_like, tools
 
 
 def two_nodes(root: Path) -> Path:

@@ -38,7 +38,7 @@ from autotune.bench import (
     summarize,
 )
 from autotune.engine import EngineConfig, LaunchSettings, launch
-from e2e.test_real_engine import engine_env
+from e2e.conftest import engine_env
 
 pytestmark = [
     pytest.mark.engine,

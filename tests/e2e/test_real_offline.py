@@ -25,7 +25,7 @@ from support import processes_mentioning
 from autotune.bench import read_records
 from autotune.devices import cpu_memory
 from autotune.store import StudyStore
-from e2e.test_real_faults import AUTOTUNE, KV_OOM_MIB, REPO, SPACE, psm_segments
+from e2e.conftest import AUTOTUNE, KV_OOM_MIB, REPO, SPACE, psm_segments
 
 # Not all of the module is `engine`: the child's own option check imports vLLM but starts none.
 pytestmark = pytest.mark.skipif(

@@ -17,7 +17,7 @@ from support import fresh_postgres, processes_mentioning
 
 from autotune.devices import parse_cpulist
 from autotune.store import StudyStore
-from e2e.test_real_engine import AUTOTUNE, REPO, engine_env
+from e2e.conftest import AUTOTUNE, REPO, engine_env
 
 pytestmark = [
     pytest.mark.engine,

@@ -14,7 +14,7 @@ from autotune.store import StudyStore
 from autotune.study import Harness, StudyRunner, make_sampler
 from autotune.study._design import LatinStart
 from autotune.study._told import ToldSampler
-from study.test_runner import FakeMeasure
+from study.fakes import FakeMeasure
 
 SPACE = {
     "max_num_seqs": IntDistribution(8, 512, log=True),

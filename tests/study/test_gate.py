@@ -20,7 +20,7 @@ from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
 from autotune.study import Gate, Harness, LearnedRule, Proposal, SkipRule, Verdict
 from autotune.study._gate import local_model
-from study.test_runner import KV_SPACE
+from study.fakes import KV_SPACE
 
 GIB = 2**30
 BASE = {"max_num_seqs": 32, "kv_cache_mib": 1024, "block_size": 128}

@@ -20,51 +20,9 @@ from autotune.space import SearchSpace, load_space
 from autotune.store import StudyStore
 from autotune.study import Harness, Measurement, StudyRunner
 from autotune.study._worker import end_run, is_dead_here, new_run, worker_attr
-from study.test_runner import STUDY, FakeMeasure, MakeSpec, launched, records
+from study.fakes import STUDY, DeviceWatch, FakeMeasure, MakeSpec, launched, records, tp_space
 
 HOST = socket.gethostname()
-
-TP_SPACE = """\
-name: tp
-platform: cuda
-parameters:
-  - {name: max_num_seqs, type: int, low: 4, high: 256, log: true, baseline: 64}
-  - {name: tensor_parallel_size, type: categorical, choices: [1, 2], baseline: 1}
-"""
-
-
-class DeviceWatch:
-    """A measure that takes `hold_s` and checks that no device is used by two trials at once."""
-
-    def __init__(self, inner: FakeMeasure, hold_s: float = 0.3) -> None:
-        self.inner = inner
-        self.hold_s = hold_s
-        self.lock = threading.Lock()
-        self.busy: set[str] = set()
-        self.overlaps: list[str] = []
-        self.most_at_once = 0
-        self.running = 0
-        self.devices: list[list[str]] = []
-
-    def __call__(self, config: EngineConfig, trial_dir: Path) -> Measurement:
-        mine = config.env.get("CUDA_VISIBLE_DEVICES", "").split(",")
-        with self.lock:
-            self.overlaps += [d for d in mine if d in self.busy]
-            self.busy |= set(mine)
-            self.running += 1
-            self.most_at_once = max(self.most_at_once, self.running)
-            self.devices.append(mine)
-        time.sleep(self.hold_s)
-        with self.lock:
-            self.busy -= set(mine)
-            self.running -= 1
-            return self.inner(config, trial_dir)
-
-
-def tp_space(tmp_path: Path) -> SearchSpace:
-    file = tmp_path / "tp.yaml"
-    file.write_text(TP_SPACE)
-    return load_space(file)
 
 
 def test_two_lanes_run_the_exact_budget_on_disjoint_devices(

@@ -25,7 +25,7 @@ from autotune.study import (
     Tried,
     learned_rules,
 )
-from study.test_runner import STUDY, FakeMeasure, MakeSpec, launched, run
+from study.fakes import STUDY, FakeMeasure, MakeSpec, launched, run
 
 K = TrialStatus
 FP8 = (

@@ -19,8 +19,7 @@ from autotune.space import SearchSpace
 from autotune.store import StudyStore
 from autotune.study import Harness, Measurement, StudyError, StudyRunner
 from autotune.study._slos import StudyBounds
-from study.test_lanes import tp_space
-from study.test_runner import FakeMeasure, MakeSpec, launched, records
+from study.fakes import FakeMeasure, MakeSpec, launched, records, tp_space
 
 FACTOR = 1.5
 

@@ -2,91 +2,37 @@
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.bench import Summary
 from autotune.engine import EngineConfig
 from autotune.space import SearchSpace, load_space
-from autotune.spec import TuneSpec
-from autotune.store import StudyStore, TrialRecord
+from autotune.store import StudyStore
 from autotune.study import (
     Event,
     Harness,
     Measurement,
     StudyError,
-    StudyResult,
     StudyRunner,
     TrialFinished,
     TrialSkipped,
     TrialStarted,
 )
-
-STUDY = "s"
-
-# A measurement by (call index, config); the default measures every config successfully.
-Script = Callable[[int, EngineConfig], Measurement]
-MakeSpec = Callable[..., TuneSpec]
-
-
-class Killed(BaseException):
-    """Stands in for the tuner process being killed: nothing in the runner catches it."""
-
-
-@dataclass
-class FakeMeasure:
-    summary_of: Callable[..., Summary]
-    script: Script | None = None
-    calls: list[EngineConfig] = field(default_factory=list)
-    dirs: list[Path] = field(default_factory=list)
-
-    def __call__(self, config: EngineConfig, trial_dir: Path) -> Measurement:
-        self.calls.append(config)
-        self.dirs.append(trial_dir)
-        if self.script is not None:
-            return self.script(len(self.calls) - 1, config)
-        return self.ok(config)
-
-    def ok(self, config: EngineConfig) -> Measurement:
-        seqs = int(config.args.get("max_num_seqs", 128))
-        summary = self.summary_of(throughput=10.0 * seqs, ttft_p99=20.0 + seqs, tpot_p99=3.0)
-        return Measurement(status="ok", summary=summary, engine={"startup_s": 1.0}, device_s=2.0)
-
-
-def run(
-    spec: TuneSpec,
-    space: SearchSpace,
-    measure: FakeMeasure,
-    events: list[Event] | None = None,
-) -> tuple[StudyResult, list[TrialRecord]]:
-    store = StudyStore(spec.storage_url)
-    on_event = events.append if events is not None else (lambda event: None)
-    result = StudyRunner(Harness(spec, space, measure), store, on_event).run()
-    return result, store.trials(spec.study)
-
-
-def gone_worker() -> dict[str, Any]:
-    """The worker record of a tuner in this process that has ended."""
-    from autotune.study._worker import end_run, new_run, worker_attr
-
-    token = new_run()
-    end_run(token)
-    return worker_attr(token, socket.gethostname())
-
-
-def records(spec: TuneSpec) -> list[TrialRecord]:
-    return StudyStore(spec.storage_url, create=False).trials(spec.study)
-
-
-def launched(trials: list[TrialRecord]) -> list[TrialRecord]:
-    return [t for t in trials if t.device_s is not None]
+from study.fakes import (
+    KV_SPACE,
+    STUDY,
+    FakeMeasure,
+    Killed,
+    MakeSpec,
+    Script,
+    gone_worker,
+    launched,
+    records,
+    run,
+)
 
 
 def test_trial_zero_is_the_baseline(
@@ -351,16 +297,6 @@ def test_keyboard_interrupt_marks_the_trial_and_ends_the_run(
 
 # --- failures that teach: OOM constraint, predicted OOMs, the estimate, repair, recovery ---
 
-KV_SPACE = """\
-name: kv
-platform: cpu
-fixed: {enforce_eager: true}
-parameters:
-  - {name: max_num_seqs, type: categorical, choices: [16, 32, 64], baseline: 32}
-  - {name: kv_cache_mib, type: int, option: kv_cache_memory_bytes, scale: 1048576,
-     low: 256, high: 4096, step: 256, baseline: 256}
-  - {name: block_size, type: categorical, choices: [64, 128], baseline: 128}
-"""
 OOM_ABOVE_MIB = 2048
 
 

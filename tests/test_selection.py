@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 
 import pytest
+from builders import record
 
 from autotune.drift import Noise
 from autotune.selection import (
@@ -24,6 +25,13 @@ from autotune.selection import (
 from autotune.store import TrialRecord
 
 Make = Callable[..., TrialRecord]
+
+
+@pytest.fixture
+def trial() -> Make:
+    """`trial(number, throughput, ttft, tpot, status=, role=, constraints=, config=)`."""
+    return record
+
 
 OBJECTIVES = [
     ("output_throughput", "maximize"),
