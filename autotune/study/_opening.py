@@ -7,7 +7,6 @@ import datetime as dt
 import json
 import logging
 import uuid
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -23,7 +22,7 @@ from autotune.status import TrialStatus
 from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url, redact
 from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness, model_ref
-from autotune.study._reingest import check_reingest, reingest, used_folders
+from autotune.study._reingest import TrialFolder, check_reingest, reingest, used_folders
 from autotune.study._search import make_sampler, told_objectives
 
 logger = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ def open_study(
     (same experiment only); True if it was created. `join`: one of several workers starting
     together; its sampler is seeded apart from theirs."""
     spec = harness.spec
-    folders: dict[int, Path] = {}
+    folders: dict[int, TrialFolder] = {}
     if store.has(spec.study):
         _check_same_search(spec, store.study_attrs(spec.study))
     else:
@@ -61,11 +60,11 @@ def open_study(
     return study, created
 
 
-def _foreign_folders(harness: Harness, store: StudyStore) -> dict[int, Path]:
+def _foreign_folders(harness: Harness, store: StudyStore) -> dict[int, TrialFolder]:
     """A new study's trial folders must not exist yet: ones that do hold another study's
     runs (its database lost, or another storage's study of the same name), and trial 0 of
     this one would write over the only measurements left of theirs. With `--reingest`, the
-    folders (number -> folder) whose measurements the new study records first."""
+    folders (number -> folder and record) whose measurements the new study records first."""
     spec = harness.spec
     used = used_folders(spec.study_dir)
     if not used:
@@ -78,8 +77,7 @@ def _foreign_folders(harness: Harness, store: StudyStore) -> dict[int, Path]:
             f"study {spec.study!r} would write over them; add --reingest to record their "
             "measurements in it first, move the folder away, or use another --study name"
         )
-    check_reingest(harness, used)
-    return used
+    return check_reingest(harness, used)
 
 
 def _shared_spec(spec: TuneSpec) -> dict[str, Any]:
@@ -118,7 +116,7 @@ def _check_same_search(spec: TuneSpec, stored: dict[str, Any]) -> None:
 
 
 def _initialize(
-    harness: Harness, store: StudyStore, study: optuna.Study, folders: dict[int, Path]
+    harness: Harness, store: StudyStore, study: optuna.Study, folders: dict[int, TrialFolder]
 ) -> None:
     """A new study's attributes, its re-ingested folders, its baseline and warm start."""
     spec = harness.spec

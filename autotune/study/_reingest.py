@@ -78,6 +78,14 @@ def used_folders(study_dir: Path) -> dict[int, Path]:
     return found
 
 
+@dataclass(frozen=True)
+class TrialFolder:
+    """A trial folder found in a study folder, and its `trial.json` (None: none readable)."""
+
+    path: Path
+    record: dict[str, Any] | None
+
+
 @dataclass
 class Reingested:
     """What `reingest` recorded: trials measured (ok or failed as the engine reported) and
@@ -88,57 +96,72 @@ class Reingested:
     baseline: bool = False  # the baseline's measurement was among them
 
 
-def check_reingest(harness: Harness, folders: dict[int, Path]) -> None:
-    """Raise StudyMismatch when a folder was measured with other settings than the spec's
-    (checked before the new study is created)."""
-    for number in sorted(folders):
-        record = _read_record(folders[number])
+def check_reingest(harness: Harness, folders: dict[int, Path]) -> dict[int, TrialFolder]:
+    """The folders with their records, read once. Raises StudyMismatch when one was measured
+    with other settings than the spec's (checked before the new study is created)."""
+    found = {n: TrialFolder(path, _read_record(path)) for n, path in sorted(folders.items())}
+    for folder in found.values():
+        record = folder.record
         changed = harness.differs_from(record.get("experiment") or {}) if record else None
         if changed is not None:
             raise StudyMismatch(
-                f"--reingest: {folders[number]} was measured with {changed}: give the "
-                "settings it was run with"
+                f"--reingest: {folder.path} was measured with {changed}: give the settings "
+                "it was run with"
             )
+    return found
 
 
 def reingest(
-    harness: Harness, store: StudyStore, study: optuna.Study, folders: dict[int, Path]
+    harness: Harness, store: StudyStore, study: optuna.Study, folders: dict[int, TrialFolder]
 ) -> Reingested:
-    """Record the measurements of `folders` (number -> folder) in the new, empty `study`,
-    each as the trial of its number (see the module's docstring)."""
-    spec = harness.spec
-    recorder = Recorder(spec, store, harness.bounds)
+    """Record the measurements of `folders` in the new, empty `study`, each as the trial of
+    its number (see the module's docstring)."""
+    recorder = Recorder(harness.spec, store, harness.bounds)
     slots = store.slots(study)
     done = Reingested()
     for number in range(max(folders) + 1):
         folder = folders.get(number)
-        record = _read_record(folder) if folder is not None else None
+        record = folder.record if folder is not None else None
         # Loaded one by one: a baseline recorded first fixes its relative bounds.
-        saved = load_measurement(folder, harness.bounds.values) if folder and record else None
-        if saved is None or saved.status == TrialStatus.INTERRUPTED:
-            _keep(study, number, folder, record, saved)
-            done.kept += 1
-            continue
-        assert record is not None and folder is not None
-        baseline = record["user_attrs"].get(keys.ROLE) == keys.ROLE_BASELINE
-        if harness.bounds.pending() and not baseline:
-            why = "no baseline was re-ingested to fix its bounds relative to it"
-            _keep(study, number, folder, record, None, why)
-            done.kept += 1
-            continue
-        if not _record(study, recorder, slots, harness, number, folder, record, saved):
-            _keep(study, number, folder, record, None, "its parameters are not this space's")
-            done.kept += 1
-            continue
-        done.recorded += 1
-        done.baseline = done.baseline or (baseline and saved.ok)
+        saved = load_measurement(folder.path, harness.bounds.values) if folder and record else None
+        why = _not_recordable(harness, folder, record, saved)
+        if why is None:
+            assert folder is not None and record is not None and saved is not None
+            if _record(study, recorder, slots, harness, number, folder.path, record, saved):
+                done.recorded += 1
+                role = record["user_attrs"].get(keys.ROLE)
+                done.baseline = done.baseline or (role == keys.ROLE_BASELINE and saved.ok)
+                continue
+            why = "its parameters are not this space's"
+        _keep(study, folder, record, why)
+        done.kept += 1
     logger.warning(
         "re-ingested %d measured trials from %s (%d folders kept as interrupted)",
         done.recorded,
-        spec.study_dir,
+        harness.spec.study_dir,
         done.kept,
     )
     return done
+
+
+def _not_recordable(
+    harness: Harness,
+    folder: TrialFolder | None,
+    record: dict[str, Any] | None,
+    saved: Measurement | None,
+) -> str | None:
+    """Why trial `folder` cannot be recorded (None: it can)."""
+    if folder is None:
+        return "no folder: a proposal never launched, lost with the study's database"
+    if record is None:
+        return f"its folder has no {layout.TRIAL_RECORD} (an older version's, or not started)"
+    if saved is None:
+        return "its folder has no complete measurement"
+    if saved.status == TrialStatus.INTERRUPTED:
+        return "it was interrupted"
+    if harness.bounds.pending() and record["user_attrs"].get(keys.ROLE) != keys.ROLE_BASELINE:
+        return "no baseline was re-ingested to fix its bounds relative to it"
+    return None
 
 
 def _record(
@@ -181,35 +204,19 @@ def _record(
 
 
 def _keep(
-    study: optuna.Study,
-    number: int,
-    folder: Path | None,
-    record: dict[str, Any] | None,
-    saved: Measurement | None,
-    why: str = "",
+    study: optuna.Study, folder: TrialFolder | None, record: dict[str, Any] | None, why: str
 ) -> None:
-    """Hold trial `number` as an interrupted trial: its folder has nothing to record."""
-    if why:
-        pass  # given
-    elif folder is None:
-        why = "no folder: a proposal never launched, lost with the study's database"
-    elif record is None:
-        why = f"its folder has no {layout.TRIAL_RECORD} (an older version's, or not started)"
-    elif saved is None:
-        why = "its folder has no complete measurement"
-    else:
-        why = "it was interrupted"
+    """Hold the next trial number as an interrupted trial, so that no new trial writes into
+    its folder (added in number order to a new study: the number is the one asked for)."""
     attrs: dict[str, Any] = {
         keys.STATUS: TrialStatus.INTERRUPTED,
         keys.REASON: f"lost with the study's database; not re-ingested: {why}",
         keys.REINGESTED: True,
     }
     if folder is not None:
-        attrs[keys.TRIAL_DIR] = str(folder)
+        attrs[keys.TRIAL_DIR] = str(folder.path)
     queued = {FIXED: record["params"]} if record is not None and record.get("queued") else None
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs=attrs, system_attrs=queued))
-    if study.get_trials(deepcopy=False)[-1].number != number:
-        raise RuntimeError(f"re-ingest could not hold trial {number}")
 
 
 def _read_record(folder: Path | None) -> dict[str, Any] | None:
