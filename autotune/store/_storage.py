@@ -40,10 +40,15 @@ class StoreSettings:
     heartbeat_s: float = HEARTBEAT_S  # a running trial's worker says it is alive this often
 
 
-# The heartbeat is Optuna's (database time, so workers' clocks may differ), driven by the
-# runner's ask/tell loop rather than `Study.optimize`; Optuna warns about both on every ask.
-warnings.filterwarnings("ignore", message=".*heartbeat_interval.*", category=Warning)
-warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed", category=Warning)
+def quiet_heartbeat_warnings() -> None:
+    """The heartbeat is Optuna's (database time, so workers' clocks may differ), driven by the
+    runner's ask/tell loop rather than `Study.optimize`; Optuna warns about both on every ask.
+    Applied on import."""
+    warnings.filterwarnings("ignore", message=".*heartbeat_interval.*", category=Warning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed", category=Warning)
+
+
+quiet_heartbeat_warnings()
 
 
 class StorageError(Exception):
