@@ -11,10 +11,13 @@ trap 'bash scripts/postgres.sh stop' EXIT
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-# The tests that start no real vLLM side by side (pytest-xdist; they mostly wait on fake
-# engines and subprocesses), then the real-engine tests (and the few others marked `alone`)
-# one at a time: a vLLM engine takes every core, and their timings must not share it. Arguments go to both runs; a run that selects nothing
-# (pytest's exit 5) is no failure.
+# Three runs. The tests that start no real vLLM, side by side (pytest-xdist; they mostly wait
+# on fake engines and subprocesses). The real-engine tests that read no clock, three at a time:
+# a vLLM start mostly waits on one core's imports and its own subprocesses (these tests use
+# about one of two cores' time together), and the most starts go first. Last, one at a time,
+# the tests marked `alone`: they read wall-clock speed (an engine takes every core while it
+# serves, and their timings must not share it), or share the session's real study. Arguments go
+# to every run; a run that selects nothing (pytest's exit 5) is no failure.
 phase() {
     local rc=0
     .venv/bin/python -m pytest "$@" || rc=$?
@@ -26,5 +29,6 @@ for arg in "$@"; do  # a marker of one's own (`-m "not engine"`): one run, as as
 done
 failed=0
 phase -m "not engine and not alone" -n "${AUTOTUNE_TEST_WORKERS:-4}" "$@" || failed=1
-phase -m "engine or alone" "$@" || failed=1
+phase -m "engine and not alone" -n "${AUTOTUNE_ENGINE_WORKERS:-3}" --dist worksteal "$@" || failed=1
+phase -m alone "$@" || failed=1
 exit "$failed"

@@ -10,6 +10,18 @@ REPO = Path(__file__).resolve().parents[1]
 FAKE_ENGINE = REPO / "tests" / "fake_engine.py"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that start the most real engines first (`@pytest.mark.starts(n)`): the
+    engine tests run three at a time (scripts/test.sh), and the longest chain of starts sets
+    the run's wall time least when it begins first. Unmarked tests keep their order."""
+    items.sort(key=lambda item: -_starts(item))
+
+
+def _starts(item: pytest.Item) -> int:
+    marker = item.get_closest_marker("starts")
+    return int(marker.args[0]) if marker is not None else 0
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random-weight Llama, generated once per test run (no hub access needed)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,28 @@ parameters:
 
 def psm_segments() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("psm_*")}
+
+
+def _mapped_segments() -> set[str]:
+    """The psm_* segments some live process maps (an engine holds its segments mapped)."""
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:  # the process ended, or is not ours to read
+            continue
+        mapped.update(w.rsplit("/", 1)[1] for w in text.split() if "/psm_" in w)
+    return mapped
+
+
+def orphan_segments(before: set[str], wait_s: float = 10.0) -> set[str]:
+    """The psm_* segments made since `before` that no live process maps: what a dead engine
+    left in /dev/shm. The engine tests run two at a time (scripts/test.sh), so a segment made
+    since `before` may be another test's live engine's, mapped by it; one being created or
+    removed is briefly unmapped, so an orphan counts only if it stays one for `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        orphans = psm_segments() - before - _mapped_segments()
+        if not orphans or time.monotonic() > deadline:
+            return orphans
+        time.sleep(0.5)

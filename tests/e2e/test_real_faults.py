@@ -14,7 +14,7 @@ from support import processes_mentioning
 
 from autotune.devices import cpu_memory
 from autotune.store import StudyStore
-from e2e.conftest import AUTOTUNE, KV_OOM_MIB, LIMITED, REPO, SPACE, psm_segments
+from e2e.conftest import AUTOTUNE, KV_OOM_MIB, LIMITED, REPO, SPACE, orphan_segments, psm_segments
 
 pytestmark = [
     pytest.mark.engine,
@@ -23,6 +23,7 @@ pytestmark = [
 
 
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
+@pytest.mark.starts(2)
 def test_a_real_oom_is_recorded_and_its_region_never_launched_again(
     tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -62,7 +63,7 @@ def test_a_real_oom_is_recorded_and_its_region_never_launched_again(
     assert all(f"trial {oom.number}," in t.reason or "estimate:" in t.reason for t in predicted)
     assert "the space is exhausted" in text
     assert processes_mentioning(str(root)) == []
-    assert psm_segments() <= before  # the failed engine's shared memory was removed
+    assert not orphan_segments(before)  # the failed engine's shared memory was removed
 
 
 def load_benchmark(name: str) -> ModuleType:
@@ -73,6 +74,8 @@ def load_benchmark(name: str) -> ModuleType:
     return module
 
 
+@pytest.mark.alone  # the 2-second bound reads wall-clock time
+@pytest.mark.starts(1)
 def test_worker_killed_mid_benchmark_is_noticed_within_two_seconds(
     tiny_model: Path, tmp_path: Path
 ) -> None:

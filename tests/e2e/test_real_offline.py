@@ -25,7 +25,7 @@ from support import processes_mentioning
 from autotune.bench import read_records
 from autotune.devices import cpu_memory
 from autotune.store import StudyStore
-from e2e.conftest import AUTOTUNE, KV_OOM_MIB, REPO, SPACE, psm_segments
+from e2e.conftest import AUTOTUNE, KV_OOM_MIB, REPO, SPACE, orphan_segments, psm_segments
 
 # Not all of the module is `engine`: the child's own option check imports vLLM but starts none.
 pytestmark = pytest.mark.skipif(
@@ -42,6 +42,7 @@ LIMITED = "prlimit --as=8589934592 {python} -m autotune.engine._offline_main"
 
 @pytest.mark.engine
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
+@pytest.mark.starts(2)
 def test_an_offline_study_measures_batches_and_learns_a_real_oom(
     tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -91,7 +92,7 @@ def test_an_offline_study_measures_batches_and_learns_a_real_oom(
     predicted = [t for t in trials if t.status == "predicted_oom"]
     assert {t.params["kv_cache_mib"] for t in predicted} == {2 * KV_OOM_MIB - 256}
     assert processes_mentioning(str(root)) == []
-    assert psm_segments() <= before
+    assert not orphan_segments(before)
 
 
 def test_the_child_refuses_server_only_options_before_starting_vllm(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ def pg() -> Iterator[str]:
         yield url
 
 
+@pytest.mark.starts(2)
 def test_two_parallel_cpu_trials_on_disjoint_cores(
     tiny_model: Path, tmp_path: Path, pg: str
 ) -> None:

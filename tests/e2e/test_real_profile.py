@@ -40,6 +40,7 @@ def invoke(*args: str | Path) -> Result:
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
+@pytest.mark.starts(1)
 def test_profile_the_real_engine(
     tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -43,6 +43,7 @@ parameters:
 """
 
 
+@pytest.mark.starts(1)
 def test_a_speculative_trial_stores_the_acceptance_the_engine_counted(
     tiny_model: Path, tmp_path: Path
 ) -> None:

@@ -73,6 +73,7 @@ def trials_of(tmp_path: Path, study: str) -> list[TrialRecord]:
     return StudyStore(url, create=False).trials(study)
 
 
+@pytest.mark.starts(4)
 def test_fp8_quantization_is_launched_at_most_twice_then_predicted(
     tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -98,6 +99,7 @@ def test_fp8_quantization_is_launched_at_most_twice_then_predicted(
     assert "the learned rules saved" in text
 
 
+@pytest.mark.starts(1)
 def test_fp8_kv_cache_is_never_launched_on_a_host_without_avx512_or_amx(
     tiny_model: Path, tmp_path: Path
 ) -> None:
