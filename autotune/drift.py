@@ -6,7 +6,7 @@ fitted on re-measured configs were both built, measured on the real engine besid
 and removed: neither made one config's repeated runs agree better in every background
 condition (docs/benchmarks.md, "Verdicts"; docs/metrics.md, "Drift"). So no value is
 corrected. Drift is handled by design instead: the search re-measures its incumbent
-(autotune.study._remeasure), whose runs are merged here (mean metrics) so a lucky run weighs
+(autotune.search._remeasure), whose runs are merged here (mean metrics) so a lucky run weighs
 less, and the confirm step (autotune.study._confirm) re-measures its candidates and the
 baseline in interleaved rounds and compares them paired, round by round.
 

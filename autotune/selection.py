@@ -249,7 +249,7 @@ class Miss:
 
 def misses(trial: TrialRecord) -> list[Miss]:
     """The constraints `trial` violates, worst first (from its stored constraint values:
-    an SLO's is `measured / bound - 1`, see autotune.study._objectives)."""
+    an SLO's is `measured / bound - 1`, see autotune.measure._objectives)."""
     out = []
     for name, value in trial.constraints.items():
         if value <= 0 or name in ("failed", "oom"):

@@ -28,7 +28,7 @@ import psutil
 from autotune import layout
 from autotune.bench import LoadProfile, build_requests, parse_workload
 from autotune.engine import EngineConfig, LaunchSettings
-from autotune.study import Workplan, measure
+from autotune.measure import Workplan, measure
 
 WORKLOAD = "random:input=128,output=64,prompts=256,warmup=0"
 VICTIMS = ("worker", "server")

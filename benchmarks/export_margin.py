@@ -5,7 +5,7 @@ on a shared host one run of a p99 moves a lot (p99 TPOT of one config over 120 f
 engines here: sd of log 0.17, docs/benchmarks.md "Verdicts"). The pick with the most measured
 throughput among the configs measured feasible is then often one that truly misses the bound.
 This scores `autotune.export.choose_export` as the tuner runs it (configs' runs merged, the
-study's noise measured from its re-measured incumbent, `autotune.study._remeasure.target`)
+study's noise measured from its re-measured incumbent, `autotune.search._remeasure.target`)
 against the same pick with no margin (the noise withheld), on the same measurements:
 
 - a landscape of configs on a throughput/latency trade-off: true p99 TPOT = bound x u, true
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune import export
+from autotune.search._remeasure import target
 from autotune.selection import SelectionError
 from autotune.store import TrialRecord
-from autotune.study._remeasure import target
 
 BOUND = 60.0  # p99 TPOT, ms
 

@@ -36,10 +36,11 @@ from autotune.bench import build_requests
 from autotune.cli._render import event_printer
 from autotune.devices import DeviceMemory
 from autotune.engine import LaunchSettings
+from autotune.measure import Workplan, measure
 from autotune.space import load_space
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore
-from autotune.study import Harness, StudyRunner, Workplan, measure
+from autotune.study import Harness, StudyRunner
 
 ARMS = ("naive", "learned", "estimated")
 STEP_MIB = 256

@@ -14,9 +14,9 @@ from typing import Any
 
 from autotune.bench import Summary, build_requests
 from autotune.engine import EngineConfig, LaunchSettings
+from autotune.measure import Measurement, Workplan, measure
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
-from autotune.study import Measurement, Workplan, measure
 
 
 def config_key(config: EngineConfig) -> str:

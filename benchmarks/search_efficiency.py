@@ -59,6 +59,7 @@ from optuna import distributions
 
 from autotune.devices import DeviceMemory, device_memory
 from autotune.engine import DEFAULT_COMMAND, EngineConfig
+from autotune.measure import Judge, Measurement, constraint_values
 from autotune.space import SearchSpace, load_space
 from autotune.spec import SpecError, TuneSpec
 from autotune.spec_flags import parse_objectives, parse_pairs
@@ -66,12 +67,9 @@ from autotune.store import StudyStore
 from autotune.study import (
     Event,
     Harness,
-    Judge,
-    Measurement,
     StudyError,
     StudyRunner,
     TrialStarted,
-    constraint_values,
     trial_engine_config,
 )
 

@@ -49,7 +49,7 @@ import psutil
 
 from autotune.bench import LoadProfile, build_requests, parse_workload
 from autotune.engine import EngineConfig, LaunchSettings
-from autotune.study import Measurement, Workplan, measure
+from autotune.measure import Measurement, Workplan, measure
 from autotune.tinymodel import make_tiny_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # verdict_stats beside it

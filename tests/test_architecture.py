@@ -355,15 +355,35 @@ def test_the_real_graph_is_read(module: str) -> None:
 
 
 # Layers: a module of the key's layer may not import one of these (dependencies point one way:
-# cli -> study -> (engine, bench, store, devices, space); readers of results import selection).
+# cli -> study -> (search, measure) -> (engine, bench, store, devices, space); readers of
+# results import selection). `search` is the study's alone; `measure` knows no study.
 FORBIDDEN = {
     "autotune.study": ("autotune.cli",),
-    "autotune.export": ("autotune.cli", "autotune.study"),
-    "autotune.dashboard": ("autotune.cli", "autotune.study"),
-    "autotune.selection": ("autotune.cli", "autotune.study", "autotune.dashboard"),
-    "autotune.trial_data": ("autotune.cli", "autotune.study", "autotune.dashboard"),
+    "autotune.search": ("autotune.cli", "autotune.study", "autotune.measure"),
+    "autotune.measure": ("autotune.cli", "autotune.study", "autotune.search"),
+    "autotune.export": ("autotune.cli", "autotune.study", "autotune.search"),
+    "autotune.dashboard": ("autotune.cli", "autotune.study", "autotune.search"),
+    "autotune.selection": (
+        "autotune.cli",
+        "autotune.study",
+        "autotune.search",
+        "autotune.dashboard",
+    ),
+    "autotune.trial_data": (
+        "autotune.cli",
+        "autotune.study",
+        "autotune.search",
+        "autotune.dashboard",
+    ),
     **{
-        low: ("autotune.cli", "autotune.study", "autotune.dashboard", "autotune.export")
+        low: (
+            "autotune.cli",
+            "autotune.study",
+            "autotune.search",
+            "autotune.measure",
+            "autotune.dashboard",
+            "autotune.export",
+        )
         for low in (
             "autotune.engine",
             "autotune.bench",
@@ -396,6 +416,44 @@ def layer_breaches(graph: dict[str, set[str]]) -> list[str]:
 def test_a_layer_breach_is_found() -> None:
     graph = {"autotune.export": {"autotune.study._runner"}, "autotune.cli._x": {"autotune.study"}}
     assert layer_breaches(graph) == ["autotune.export -> autotune.study._runner"]
+
+
+def test_only_the_study_searches() -> None:
+    """`autotune.search` (samplers, what they are told) has one user: the study."""
+    graph = import_graph(ROOT)
+    users = sorted(
+        importer
+        for importer, imported in graph.items()
+        if not importer.startswith(("autotune.search", "autotune.study"))
+        and any(t == "autotune.search" or t.startswith("autotune.search.") for t in imported)
+    )
+    assert users == [], f"autotune.search imported outside autotune.study: {users}"
+
+
+def third_party(root: Path, package: str) -> dict[str, set[str]]:
+    """Module of `package` -> the top-level names of what it imports from outside the tree."""
+    out: dict[str, set[str]] = {}
+    for name, path in module_files(root, PACKAGE).items():
+        if not _inside(name, package):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+        out[name] = found - {PACKAGE}
+    return out
+
+
+def test_measure_knows_no_optuna() -> None:
+    """One config's device work runs without a study: nothing in `autotune.measure` imports
+    Optuna (benchmarks and `profile` drive it directly). The search does, as it must."""
+    measure = third_party(ROOT, "autotune.measure")
+    assert "autotune.measure._measure" in measure
+    assert [m for m, names in sorted(measure.items()) if "optuna" in names] == []
+    assert any("optuna" in names for names in third_party(ROOT, "autotune.search").values())
 
 
 def test_dependencies_point_one_way() -> None:

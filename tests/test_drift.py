@@ -1,5 +1,5 @@
 """autotune.drift: a config's runs merged, the values as the engine measured them; and when the
-search re-measures its incumbent (autotune.study._remeasure)."""
+search re-measures its incumbent (autotune.search._remeasure)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from autotune import store as keys
 from autotune.drift import Noise, compared, noise
 from autotune.export import choose_export, header_lines
+from autotune.search._remeasure import EVERY, STARTUP, target
 from autotune.store import TrialRecord
-from autotune.study._remeasure import EVERY, STARTUP, target
 
 
 def run(number: int, seqs: int, throughput: float, at: float, **kw: object) -> TrialRecord:

@@ -23,16 +23,11 @@ from autotune.cli._common import (
 from autotune.cli._tune import check_model, sigterm_as_interrupt
 from autotune.engine import installed_vllm_version
 from autotune.export import choose_export
+from autotune.measure import ProfileError, ProfilePlan, profile_config
 from autotune.selection import InfeasibleError
 from autotune.spec import TuneSpec, load_spec
 from autotune.store import StudyStore, TrialRecord
-from autotune.study import (
-    SPEC_ATTR,
-    ProfileError,
-    ProfilePlan,
-    build_harness,
-    profile_config,
-)
+from autotune.study import SPEC_ATTR, build_harness
 
 
 def profile(

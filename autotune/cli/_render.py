@@ -212,7 +212,7 @@ def _status(t: TrialRecord, limit: int | None = None) -> str:
     status = t.status if t.feasible or not t.measured else "ok (misses SLO)"
     if t.repair_of is not None:  # before the reason: a long one wraps, the link stays whole
         status += f" (repair of {t.repair_of})"
-    if t.remeasure_of is not None:  # the incumbent run again (autotune.study._remeasure)
+    if t.remeasure_of is not None:  # the incumbent run again (autotune.search._remeasure)
         status += f" (again: {t.remeasure_of})"
     if not t.measured and t.reason:
         reason = failure_headline(t.reason)

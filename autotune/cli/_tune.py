@@ -35,6 +35,7 @@ from autotune.cli._render import (
 )
 from autotune.devices import DevicePool, format_device_list
 from autotune.engine import DEFAULT_COMMAND
+from autotune.measure import Measurement
 from autotune.spec import TuneSpec, load_spec
 from autotune.spec_flags import parse_objectives, parse_slos
 from autotune.store import StudyStore, redact
@@ -42,7 +43,6 @@ from autotune.study import (
     SPEC_ATTR,
     Confirmer,
     Harness,
-    Measurement,
     StudyRunner,
     build_harness,
     check_warm_start,

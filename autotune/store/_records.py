@@ -41,7 +41,7 @@ REINGESTED = "reingested"  # recorded from its folder after the study's database
 ROLE_BASELINE = "baseline"
 ROLE_REPAIR = "repair"
 ROLE_WARM_START = "warm_start"  # a Pareto config of another study, run first
-ROLE_REMEASURE = "remeasure"  # a measured config run again (autotune.study._remeasure)
+ROLE_REMEASURE = "remeasure"  # a measured config run again (autotune.search._remeasure)
 WARM_FROM = "warm_from"  # "STUDY#N": where a warm-start trial's config comes from
 
 

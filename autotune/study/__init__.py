@@ -1,5 +1,6 @@
 """The Optuna study: opening it, the pre-launch gate, one trial's life, recording, the loop and
-its lanes, per-trial measure, early stopping, the confirm step and profiling runs.
+its lanes, and the confirm step. One config's device work is `autotune.measure`; how the study
+searches (samplers, what they are told, re-measures) is `autotune.search`.
 
 Which trials are best (the Pareto front, picks, the confirmed winner) is `autotune.selection`:
 pure functions over stored trials, for readers that need none of this machinery.
@@ -17,45 +18,17 @@ from autotune.study._harness import (
     trial_engine_config,
 )
 from autotune.study._learned import LearnedRule, Tried, learned_rules
-from autotune.study._measure import Measure, Measurement, Workplan, measure
-from autotune.study._objectives import (
-    ERROR_RATE,
-    FAILED,
-    OOM,
-    WORST_MAXIMIZE,
-    WORST_MINIMIZE,
-    constraint_values,
-    objective_values,
-)
 from autotune.study._opening import SPEC_ATTR, check_warm_start
-from autotune.study._profile import (
-    ProfileError,
-    ProfilePlan,
-    profile_config,
-)
-from autotune.study._prune import Judge, PruneRule, make_judge
 from autotune.study._runner import StudyResult, StudyRunner
-from autotune.study._search import make_sampler, sampler_name, told_objectives
 
 __all__ = [
-    "ERROR_RATE",
-    "FAILED",
-    "OOM",
     "SPEC_ATTR",
-    "WORST_MAXIMIZE",
-    "WORST_MINIMIZE",
     "Confirmer",
     "Event",
     "Gate",
     "Harness",
-    "Judge",
     "LearnedRule",
-    "Measure",
-    "Measurement",
-    "ProfileError",
-    "ProfilePlan",
     "Proposal",
-    "PruneRule",
     "SkipRule",
     "StudyError",
     "StudyMismatch",
@@ -66,19 +39,10 @@ __all__ = [
     "TrialStarted",
     "Tried",
     "Verdict",
-    "Workplan",
     "build_harness",
     "check_warm_start",
-    "constraint_values",
     "learned_rules",
-    "make_judge",
-    "make_sampler",
-    "measure",
-    "objective_values",
     "on_this_host",
-    "profile_config",
     "read_host_facts",
-    "sampler_name",
-    "told_objectives",
     "trial_engine_config",
 ]

@@ -45,6 +45,7 @@ from typing import Any
 from autotune import layout
 from autotune.drift import compared
 from autotune.engine import EngineConfig
+from autotune.measure import Measure, Measurement
 from autotune.selection import (
     BASIS_ATTR,
     CONFIRM_ATTR,
@@ -56,7 +57,6 @@ from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
 from autotune.study._harness import trial_engine_config
-from autotune.study._measure import Measure, Measurement
 
 CONFIRM_FILE = "confirm.json"
 LEVEL = 0.90  # the gain's interval: two-sided

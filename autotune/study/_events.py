@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from autotune.study._measure import Measurement
+from autotune.measure import Measurement
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,10 @@ from autotune.engine import (
     resolve_env,
 )
 from autotune.host import cpu_flags
+from autotune.measure import Judge, Measure, Measurement, Workplan, measure
 from autotune.space import HostFacts, SearchSpace, SpaceError, load_space, restrict_to_host
 from autotune.spec import SpecError, TuneSpec
 from autotune.study._errors import difference
-from autotune.study._measure import Measure, Measurement, Workplan, measure
-from autotune.study._prune import Judge
 from autotune.study._slos import StudyBounds
 
 logger = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 from autotune import layout
 from autotune import store as keys
 from autotune.host import describe_host
+from autotune.search import make_sampler, told_objectives
 from autotune.selection import pareto_front, study_objectives
 from autotune.space import SpaceError
 from autotune.spec import SpecError, TuneSpec
@@ -23,7 +24,6 @@ from autotune.store import StorageError, StoreSettings, StudyStore, default_stor
 from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness, model_ref
 from autotune.study._reingest import TrialFolder, check_reingest, reingest, used_folders
-from autotune.study._search import make_sampler, told_objectives
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from autotune import layout
 from autotune import store as keys
 from autotune.engine import reap_stale_engine
+from autotune.measure import load_measurement
 from autotune.store import StudyStore, TrialSlots
 from autotune.study._harness import Harness
-from autotune.study._measure import load_measurement
 from autotune.study._record import Recorder
 from autotune.study._worker import is_dead_here, is_here
 

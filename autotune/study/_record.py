@@ -23,6 +23,8 @@ from autotune import layout
 from autotune import store as keys
 from autotune.bench import METRIC_NAMES, OPTIONAL
 from autotune.engine import EngineConfig, to_yaml_dict
+from autotune.measure import Measurement, constraint_values, load_measurement, objective_values
+from autotune.search import told_objectives
 from autotune.selection import BASIS_ATTR, SLOS_ATTR
 from autotune.space import SearchSpace, repair
 from autotune.spec import TuneSpec
@@ -30,9 +32,6 @@ from autotune.status import TrialStatus
 from autotune.store import StorageError, StudyStore, storage_errors
 from autotune.study._errors import StudyError
 from autotune.study._gate import Verdict
-from autotune.study._measure import Measurement, load_measurement
-from autotune.study._objectives import constraint_values, objective_values
-from autotune.study._search import told_objectives
 from autotune.study._slos import StudyBounds
 
 logger = logging.getLogger(__name__)

@@ -26,12 +26,12 @@ from optuna.trial import Trial, TrialState, create_trial
 
 from autotune import layout
 from autotune import store as keys
+from autotune.measure import Measurement, load_measurement
+from autotune.search import FIXED
 from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialSlots
-from autotune.study._design import FIXED
 from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness
-from autotune.study._measure import Measurement, load_measurement
 from autotune.study._record import Recorder
 
 logger = logging.getLogger(__name__)

@@ -52,7 +52,7 @@ class StudyResult:
     exhausted: bool = False
     interrupted: bool = False
     trial_numbers: list[int] = field(default_factory=list)
-    pruned: int = 0  # stopped early (see autotune.study._prune); counted apart from failures
+    pruned: int = 0  # stopped early (see autotune.measure._prune); counted apart from failures
     pruned_device_s: float = 0.0
     ok_device_s: list[float] = field(default_factory=list)  # of the fully measured trials
     # Proposals the gate kept from launching, by the rule that did (`SkipRule` values).

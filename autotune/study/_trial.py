@@ -23,6 +23,8 @@ from autotune import store as keys
 from autotune.bench import RequestRecord, read_records
 from autotune.devices import Lease, format_device_list, hold_host
 from autotune.engine import EngineConfig
+from autotune.measure import FrontPoint, Judge, Measurement, PruneRule, make_judge
+from autotune.search import queue_remeasure, remeasure_on
 from autotune.selection import pareto_front
 from autotune.space import ModelInfo, SearchSpace, SpaceError
 from autotune.status import TrialStatus
@@ -32,11 +34,8 @@ from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStar
 from autotune.study._gate import LAUNCH, Gate, Proposal, SkipRule, Verdict
 from autotune.study._harness import Harness
 from autotune.study._learned import LearnedRule, Tried, learned_rules
-from autotune.study._measure import Measurement
-from autotune.study._prune import FrontPoint, Judge, PruneRule, make_judge
 from autotune.study._record import Recorder
 from autotune.study._reingest import write_trial_record
-from autotune.study._remeasure import queue_remeasure, remeasure_on
 from autotune.study._worker import worker_attr
 
 NO_SLOT = "no slot"  # a proposal that found every slot of the budget taken

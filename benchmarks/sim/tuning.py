@@ -31,12 +31,13 @@ from autotune.bench import LoadProfile, Stats, Summary
 from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
 from autotune.export import choose_export
+from autotune.measure import Measurement
 from autotune.selection import SelectionError
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
 from autotune.store import StudyStore
-from autotune.study import Harness, Measurement, StudyRunner
+from autotune.study import Harness, StudyRunner
 
 from .landscapes import Landscape
 from .model import SimConfig

@@ -14,8 +14,8 @@ from support import FAKE_COMMAND
 
 from autotune.bench import Stats, Summary
 from autotune.engine import EngineConfig
+from autotune.measure import Measurement
 from autotune.space import load_space
-from autotune.study import Measurement
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "search_efficiency.py"
 sys.path.insert(0, str(SCRIPT.parent))  # the script imports its measurement_table beside it

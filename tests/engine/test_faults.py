@@ -27,8 +27,8 @@ from autotune.engine import (
 )
 from autotune.engine._supervise import LEADER, reap_stale_engine, write_pid_file
 from autotune.layout import ENGINE_PID as PID_FILE
+from autotune.measure import Measurement, Workplan, measure
 from autotune.status import TrialStatus
-from autotune.study import Measurement, Workplan, measure
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny-served", args={"max_num_seqs": 4})
 settings = fake_settings

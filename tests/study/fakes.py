@@ -14,10 +14,11 @@ from typing import Any
 
 from autotune.bench import Summary
 from autotune.engine import EngineConfig
+from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
-from autotune.study import Event, Harness, Measurement, StudyResult, StudyRunner
+from autotune.study import Event, Harness, StudyResult, StudyRunner
 
 STUDY = "s"
 

@@ -16,9 +16,10 @@ from optuna.trial import TrialState
 
 from autotune.devices import DeviceMemory, DevicePool
 from autotune.engine import EngineConfig
+from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
 from autotune.store import StudyStore
-from autotune.study import Harness, Measurement, StudyRunner
+from autotune.study import Harness, StudyRunner
 from autotune.study._worker import end_run, is_dead_here, new_run, worker_attr
 from study.fakes import STUDY, DeviceWatch, FakeMeasure, MakeSpec, launched, records, tp_space
 

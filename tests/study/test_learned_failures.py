@@ -12,13 +12,13 @@ import pytest
 
 from autotune.cli._render import skips_line
 from autotune.engine import EngineConfig
+from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
 from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import (
     Harness,
     LearnedRule,
-    Measurement,
     SkipRule,
     StudyResult,
     StudyRunner,
@@ -287,8 +287,8 @@ def test_the_summary_says_what_each_rule_saved() -> None:
 @pytest.mark.parametrize("status", [K.UNSUPPORTED, K.PREDICTED_UNSUPPORTED])
 def test_unsupported_is_failed_not_oom_and_has_a_colour(status: TrialStatus) -> None:
     from autotune.dashboard._labels import GROUP_COLOURS
+    from autotune.measure import constraint_values
     from autotune.status import FAILURE_KINDS
-    from autotune.study import constraint_values
 
     values = constraint_values(None, {"p99_ttft_ms": 100.0}, 0.05, status)
     assert values["failed"] == 1.0 and values["oom"] == 0.0

@@ -12,12 +12,13 @@ import pytest
 from autotune.bench import RequestRecord, summarize
 from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
+from autotune.measure import Judge, Measurement
 from autotune.selection import CONFIRM_ATTR, confirmed_winner, pareto_front, pick, study_objectives
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord
-from autotune.study import Confirmer, Harness, Judge, Measurement, StudyRunner
+from autotune.study import Confirmer, Harness, StudyRunner
 from autotune.study._confirm import Bounds, ConfirmRun, evaluate, gain, round_order, t_quantile
 
 REQUESTS = 16

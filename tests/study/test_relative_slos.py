@@ -15,9 +15,10 @@ from autotune.bench import Summary
 from autotune.devices import DevicePool
 from autotune.drift import compared
 from autotune.engine import EngineConfig
+from autotune.measure import Measurement
 from autotune.space import SearchSpace
 from autotune.store import StudyStore
-from autotune.study import Harness, Measurement, StudyError, StudyRunner
+from autotune.study import Harness, StudyError, StudyRunner
 from autotune.study._slos import StudyBounds
 from study.fakes import FakeMeasure, MakeSpec, launched, records, tp_space
 

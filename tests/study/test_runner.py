@@ -9,12 +9,12 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.engine import EngineConfig
+from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
 from autotune.store import StudyStore
 from autotune.study import (
     Event,
     Harness,
-    Measurement,
     StudyError,
     StudyRunner,
     TrialFinished,
@@ -433,7 +433,7 @@ def test_measured_trial_survives_a_tuner_killed_before_recording_it(
     make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
 ) -> None:
     from autotune.bench import RequestRecord, write_records
-    from autotune.study._measure import save_measurement
+    from autotune.measure._measure import save_measurement
 
     def killed_after_measuring(i: int, config: EngineConfig) -> Measurement:
         if i == 1:

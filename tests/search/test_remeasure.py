@@ -14,11 +14,12 @@ from autotune import store as keys
 from autotune.bench import Summary
 from autotune.engine import EngineConfig
 from autotune.export import choose_export
+from autotune.measure import Measurement
+from autotune.search._remeasure import SHARE
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
-from autotune.study import Harness, Measurement, StudyRunner, TrialStarted
-from autotune.study._remeasure import SHARE
+from autotune.study import Harness, StudyRunner, TrialStarted
 
 MakeSpec = Callable[..., TuneSpec]
 

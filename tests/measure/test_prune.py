@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from autotune.bench import RequestRecord, percentile
-from autotune.study import PruneRule, make_judge
-from autotune.study._prune import FrontPoint
+from autotune.measure import PruneRule, make_judge
+from autotune.measure._prune import FrontPoint
 
 OBJECTIVES = [("output_throughput", "maximize"), ("p99_ttft_ms", "minimize")]
 
@@ -95,7 +95,7 @@ def test_a_capacity_objective_is_never_judged_by_dominance() -> None:
 
 def test_dominance_is_judged_once_per_tenth_of_the_requests(monkeypatch) -> None:
     """The judge runs in the client's event loop: it must not summarize at every look."""
-    from autotune.study import _prune
+    from autotune.measure import _prune
 
     calls = {"n": 0}
     real = _prune.summarize

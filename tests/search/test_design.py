@@ -7,14 +7,15 @@ from collections.abc import Callable
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from study.fakes import FakeMeasure
 
+from autotune.search import make_sampler
+from autotune.search._design import LatinStart
+from autotune.search._told import ToldSampler
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore
-from autotune.study import Harness, StudyRunner, make_sampler
-from autotune.study._design import LatinStart
-from autotune.study._told import ToldSampler
-from study.fakes import FakeMeasure
+from autotune.study import Harness, StudyRunner
 
 SPACE = {
     "max_num_seqs": IntDistribution(8, 512, log=True),

@@ -8,8 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from autotune.bench import Summary
-from autotune.spec import Objective
-from autotune.study import (
+from autotune.measure import (
     ERROR_RATE,
     FAILED,
     OOM,
@@ -18,6 +17,7 @@ from autotune.study import (
     constraint_values,
     objective_values,
 )
+from autotune.spec import Objective
 
 OBJECTIVES = [
     Objective(metric="output_throughput", direction="maximize"),

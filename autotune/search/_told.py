@@ -25,7 +25,7 @@ from optuna.study import Study
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study._wrapped import WrappedSampler
+from autotune.search._wrapped import WrappedSampler
 
 MIN_RATIO = 1e-3  # a measured latency of 0 (no request measured it) is told as 1/1000 of its bound
 

@@ -12,7 +12,7 @@ from support import fake_settings, processes_mentioning
 from autotune import layout
 from autotune.bench import LoadProfile, RequestSpec, read_records
 from autotune.engine import EngineConfig, LaunchSettings
-from autotune.study._profile import (
+from autotune.measure._profile import (
     ProfileError,
     ProfilePlan,
     main_trace,

@@ -18,10 +18,10 @@ import logging
 
 import optuna
 
+from autotune.search._design import LatinStart
+from autotune.search._told import ToldSampler
 from autotune.space import SearchSpace
 from autotune.spec import Objective, TuneSpec
-from autotune.study._design import LatinStart
-from autotune.study._told import ToldSampler
 
 logger = logging.getLogger(__name__)
 

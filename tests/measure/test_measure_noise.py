@@ -10,9 +10,9 @@ from support import fake_settings, processes_mentioning
 from autotune.bench import LoadProfile, RequestSpec, median_summary, spread, summarize, with_rates
 from autotune.bench._records import read_records
 from autotune.engine import EngineConfig
+from autotune.measure import Workplan, measure
+from autotune.measure._measure import load_measurement
 from autotune.status import TrialStatus
-from autotune.study import Workplan, measure
-from autotune.study._measure import load_measurement
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny", args={"max_num_seqs": 4})
 REQUESTS = [RequestSpec([1, 2, 3, 4], 16) for _ in range(24)]

@@ -49,9 +49,9 @@ from autotune.engine import (
     launch,
     run_offline,
 )
+from autotune.measure._objectives import constraint_values
+from autotune.measure._prune import Judge
 from autotune.status import TrialStatus
-from autotune.study._objectives import constraint_values
-from autotune.study._prune import Judge
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""autotune.study._told: what the sampler is told of the study's trials."""
+"""autotune.search._told: what the sampler is told of the study's trials."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import optuna
 import pytest
 
 from autotune import store as keys
+from autotune.search import make_sampler
+from autotune.search._told import ToldSampler, log_ratio, view
 from autotune.space import load_space
 from autotune.spec import TuneSpec
-from autotune.study import make_sampler
-from autotune.study._told import ToldSampler, log_ratio, view
 
 SLOS = ["p99_ttft_ms"]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.search import _samplers, make_sampler, sampler_name, told_objectives
+from autotune.search._told import ToldSampler
 from autotune.space import load_space
 from autotune.spec import TuneSpec
-from autotune.study import _search, make_sampler, sampler_name, told_objectives
-from autotune.study._told import ToldSampler
 
 
 def spec(**fields: object) -> TuneSpec:
@@ -43,7 +43,7 @@ def test_auto_is_gp_for_goal_and_tpe_for_pareto() -> None:
 def test_without_scipy_or_torch_auto_falls_back_to_tpe(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(_search, "_gp_available", lambda: False)
+    monkeypatch.setattr(_samplers, "_gp_available", lambda: False)
     assert sampler_name(spec()) == "tpe"
     assert "needs torch and scipy" in caplog.text
     assert sampler_name(spec(sampler="gp")) == "gp"  # asked for by name: no silent change

@@ -1,0 +1,41 @@
+"""One config's device work, with no Optuna in it: start the engine, run the workload, tear
+down (`measure`); stop a benchmark early once its requests decide it (`make_judge`); what a
+measurement means as objective and constraint values; profile a config (`profile_config`).
+
+`autotune.study` drives it once per trial; benchmarks drive it directly.
+"""
+
+from autotune.measure._measure import Measure, Measurement, Workplan, load_measurement, measure
+from autotune.measure._objectives import (
+    ERROR_RATE,
+    FAILED,
+    OOM,
+    WORST_MAXIMIZE,
+    WORST_MINIMIZE,
+    constraint_values,
+    objective_values,
+)
+from autotune.measure._profile import ProfileError, ProfilePlan, profile_config
+from autotune.measure._prune import FrontPoint, Judge, PruneRule, make_judge
+
+__all__ = [
+    "ERROR_RATE",
+    "FAILED",
+    "OOM",
+    "WORST_MAXIMIZE",
+    "WORST_MINIMIZE",
+    "FrontPoint",
+    "Judge",
+    "Measure",
+    "Measurement",
+    "ProfileError",
+    "ProfilePlan",
+    "PruneRule",
+    "Workplan",
+    "constraint_values",
+    "load_measurement",
+    "make_judge",
+    "measure",
+    "objective_values",
+    "profile_config",
+]
