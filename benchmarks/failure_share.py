@@ -8,8 +8,9 @@ allocate memory`); the space lets it range up to 1.5 times the limit, so about h
 runs out of memory. The same study (same seed, workload, budget) runs in three arms, one after
 the other:
 
-- `naive`: failures are recorded as FAILED trials (Optuna's samplers ignore them) and nothing
-  is predicted, as most tuners do;
+- `naive`: as most tuners do, a plain Optuna loop (`run_naive`, here, not in the tuner): the
+  same sampler, seed and baseline, every proposal launched, a failure told as a FAILED trial
+  (Optuna's samplers ignore those) and nothing predicted;
 - `learned`: failures are complete trials with worst values and an `oom` constraint, and a
   proposal that needs at least the memory of a known OOM is skipped (`predicted_oom`);
 - `estimated`: `learned` plus the pre-launch memory estimate, told that the device has the
@@ -30,17 +31,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import optuna
 from rich.console import Console
 
 from autotune.bench import build_requests
 from autotune.cli._render import event_printer
 from autotune.devices import DeviceMemory
-from autotune.engine import LaunchSettings
-from autotune.measure import Workplan, measure
-from autotune.space import load_space
+from autotune.engine import EngineConfig, LaunchSettings
+from autotune.measure import Measure, Workplan, measure
+from autotune.search import make_sampler
+from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore
-from autotune.study import Harness, StudyRunner
+from autotune.study import Harness, StudyRunner, trial_engine_config
 
 ARMS = ("naive", "learned", "estimated")
 STEP_MIB = 256
@@ -87,21 +90,21 @@ def run_arm(
         startup_timeout_s=300,
         platform="cpu",
     )
+
+    def one(config: EngineConfig, trial_dir: Path) -> Any:
+        return measure(config, trial_dir, plan, settings)
+
+    if arm == "naive":
+        return {"arm": arm, **run_naive(spec, space, one, root / spec.study)}
     device = DeviceMemory("cpu:as-limit", total_bytes=limit, available_bytes=limit)
     store = StudyStore(spec.storage_url)
     harness = Harness(
         spec,
         space,
-        lambda config, trial_dir: measure(config, trial_dir, plan, settings),
+        one,
         device_memory=(lambda ids: device) if arm == "estimated" else (lambda ids: None),
     )
-    runner = StudyRunner(
-        harness,
-        store,
-        event_printer(Console(highlight=False)),
-        learn_failures=arm != "naive",
-    )
-    result = runner.run()
+    result = StudyRunner(harness, store, event_printer(Console(highlight=False))).run()
     records = store.trials(spec.study)
     launched = [t for t in records if t.device_s is not None]
     failed = [t for t in launched if t.status != "ok"]
@@ -119,6 +122,43 @@ def run_arm(
         "failed_device_s": round(failed_s, 1),
         "failed_share": round(failed_s / device_s, 3) if device_s else 0.0,
         "best_output_tok_s": round(best, 1),
+    }
+
+
+def run_naive(spec: TuneSpec, space: SearchSpace, one: Measure, folder: Path) -> dict[str, Any]:
+    """The naive arm: what a tuner without failure learning does, as a plain Optuna loop with
+    the study's sampler and seed (`make_sampler`), the space's baseline first, and every
+    proposal launched. A failed measurement is told as a FAILED trial (Optuna's samplers
+    ignore those, so the region they failed in stays as likely as before); nothing is
+    predicted or skipped, and an OOM is not repaired."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(spec, space))
+    study.enqueue_trial(space.baseline_params())
+    rows: list[tuple[str, float, float | None]] = []  # status, device s, throughput
+    for number in range(spec.trials):
+        trial = study.ask()
+        config = trial_engine_config(spec, space, space.suggest(trial))
+        m = one(config, folder / f"trial-{number:04d}")
+        if m.summary is None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            rows.append((m.status, m.device_s or 0.0, None))
+        else:
+            study.tell(trial, m.summary.output_throughput)
+            rows.append((m.status, m.device_s or 0.0, m.summary.output_throughput))
+        print(f"  naive trial {number}: {m.status}, {m.device_s or 0.0:.0f} device s", flush=True)
+    failed = [r for r in rows if r[0] != "ok"]
+    device_s = sum(r[1] for r in rows)
+    failed_s = sum(r[1] for r in failed)
+    return {
+        "launched": len(rows),
+        "failed": len(failed),
+        "failed_kinds": sorted({r[0] for r in failed}),
+        "skipped": 0,
+        "predicted_oom": 0,
+        "device_s": round(device_s, 1),
+        "failed_device_s": round(failed_s, 1),
+        "failed_share": round(failed_s / device_s, 3) if device_s else 0.0,
+        "best_output_tok_s": round(max((r[2] for r in rows if r[2] is not None), default=0.0), 1),
     }
 
 

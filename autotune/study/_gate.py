@@ -83,7 +83,7 @@ class Gate:
     """The rules of one study: its space, model, device count and memory estimate.
 
     `config_of` gives the engine config of a known OOM's params (to compare what the two
-    allocate). `learn_failures=False` predicts nothing (the naive way; benchmarks only).
+    allocate).
     `lanes` trials side by side share a CPU host's memory.
     """
 
@@ -91,7 +91,6 @@ class Gate:
     model_info: ModelInfo | None
     config_of: Callable[[Params], EngineConfig]
     devices: int = 1
-    learn_failures: bool = True
     lanes: int = 1
 
     def check(self, p: Proposal, memory: DeviceMemory | None = None) -> Verdict:
@@ -104,7 +103,7 @@ class Gate:
         if p.twin is not None and not p.baseline:
             twin = f"same config as trial {p.twin}"
             return Verdict(TrialStatus.DUPLICATE, twin, SkipRule.DUPLICATE)
-        if p.baseline or not self.learn_failures:
+        if p.baseline:
             return LAUNCH
         reason = self._predicted_unsupported(p)
         if reason is not None:

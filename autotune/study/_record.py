@@ -41,16 +41,14 @@ _QUEUE_ATTRS = (keys.ROLE, keys.REPAIR_OF, keys.REQUEUED)
 
 
 class Recorder:
-    """Writes a study's trials: `learn_failures=False` tells a failed measurement as a FAILED
-    trial (samplers ignore those; the naive way, kept for benchmarks)."""
+    """Writes a study's trials. A failed measurement is a COMPLETE trial with worst values and
+    violated constraints (`autotune.measure._objectives`), never FAILED: samplers ignore those
+    and would keep proposing the region."""
 
-    def __init__(
-        self, spec: TuneSpec, store: StudyStore, bounds: StudyBounds, learn_failures: bool = True
-    ) -> None:
+    def __init__(self, spec: TuneSpec, store: StudyStore, bounds: StudyBounds) -> None:
         self.spec = spec
         self.store = store
         self.bounds = bounds  # the study's SLO bounds (`_slos`), fixed by its baseline
-        self.learn_failures = learn_failures
 
     def proposed(self, trial: Trial, description: str, config: EngineConfig) -> None:
         trial.set_user_attr(keys.DESCRIPTION, description)
@@ -106,9 +104,6 @@ class Recorder:
             trial.set_user_attr(keys.SPREAD, m.spread)
         if m.log_tail:
             trial.set_user_attr(keys.LOG_TAIL, m.log_tail[-4000:])
-        if m.summary is None and not self.learn_failures:
-            study.tell(trial, state=TrialState.FAIL)  # the naive way: samplers ignore it
-            return
         constraints = constraint_values(
             m.summary, self.bounds.values, self.spec.max_error_rate, m.status
         )

@@ -111,9 +111,8 @@ class StudyRunner:
     the budget's slots, heartbeats and the recovery of orphaned trials keep them from running
     more than `trials`, twice the same trial, or leaving a dead worker's trial behind.
     `join`: this runner joins a study others run (`autotune worker`); its sampler is seeded
-    apart from theirs. `learn_failures=False` records failures as FAILED trials and predicts
-    nothing: the naive way, kept only so that benchmarks can compare against it. `poll_s`: how
-    often a lane looks again while the last slots are held by trials running elsewhere.
+    apart from theirs. `poll_s`: how often a lane looks again while the last slots are held by
+    trials running elsewhere.
     """
 
     def __init__(
@@ -123,7 +122,6 @@ class StudyRunner:
         on_event: Callable[[Event], None] = lambda event: None,
         *,
         join: bool = False,
-        learn_failures: bool = True,
         poll_s: float = 2.0,
     ) -> None:
         self.harness = harness
@@ -131,7 +129,7 @@ class StudyRunner:
         self.store = store
         self.emit = on_event
         self.join = join
-        self.recorder = Recorder(harness.spec, store, harness.bounds, learn_failures)
+        self.recorder = Recorder(harness.spec, store, harness.bounds)
         self.poll_s = poll_s
         self._stop = threading.Event()
         self._lock = threading.Lock()

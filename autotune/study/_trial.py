@@ -69,7 +69,6 @@ class TrialRunner:
             ModelInfo.from_path(self.spec.model),
             config_of=harness.engine_config,
             devices=harness.pool.size if harness.pool is not None else 1,
-            learn_failures=recorder.learn_failures,
             lanes=harness.lanes,
         )
 
@@ -167,7 +166,7 @@ class TrialRunner:
                 f"{m.reason} (log: {trial_dir / layout.ENGINE_LOG}); "
                 "check the model, the host and the search space's baseline values"
             )
-        if m.status == TrialStatus.OOM and self.spec.repair and self.recorder.learn_failures:
+        if m.status == TrialStatus.OOM and self.spec.repair:
             self.recorder.queue_repair(study, trial, self.harness.space)
         elif remeasure_on(self.spec):
             queue_remeasure(study, self.spec)
@@ -200,9 +199,9 @@ class TrialRunner:
         return verdict
 
     def _rules(self, finished: list[FrozenTrial], baseline: bool) -> list[LearnedRule]:
-        """What the study's deterministic failures teach (nothing for the baseline, nothing in
-        the naive mode: the gate would not use it)."""
-        if baseline or not self.recorder.learn_failures:
+        """What the study's deterministic failures teach (nothing for the baseline: the gate
+        would not use it)."""
+        if baseline:
             return []
         return learned_rules(_tried(finished, self.harness.space))
 
@@ -210,11 +209,8 @@ class TrialRunner:
         self, study: optuna.Study, trial: Trial, config: EngineConfig, lease: Lease | None
     ) -> Verdict:
         """The memory estimate's verdict on the trial's own devices as they are now (never for
-        the baseline, nor in the naive mode); one that keeps it from launching is recorded."""
-        if (
-            trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
-            or not self.recorder.learn_failures
-        ):
+        the baseline); one that keeps it from launching is recorded."""
+        if trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
             return LAUNCH
         ids = lease.ids if lease is not None and self.harness.space.platform != "cpu" else None
         verdict = self.gate.memory_verdict(config, self.harness.device_memory(ids))

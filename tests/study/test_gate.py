@@ -36,7 +36,6 @@ class Case:
     ooms: tuple[dict[str, Any], ...] = ()  # params over BASE, numbered from 1
     rules: tuple[LearnedRule, ...] = ()
     memory_gib: float | None = None  # available (of 4 GiB); None: unknown
-    learn: bool = True
     devices: int = 1
     lanes: int = 1
     status: TrialStatus | None = None  # None: launched
@@ -104,12 +103,6 @@ CASES = [
         params={"kv_cache_mib": 3072},
         ooms=({"kv_cache_mib": 2048},),
         baseline=True,
-    ),
-    Case(
-        "the naive mode predicts nothing",
-        params={"kv_cache_mib": 3072},
-        ooms=({"kv_cache_mib": 2048},),
-        learn=False,
     ),
     Case(
         "a KV cache over the device's free memory is predicted by the estimate",
@@ -183,12 +176,6 @@ CASES = [
         baseline=True,
     ),
     Case(
-        "the naive mode predicts no unsupported value",
-        params={"max_num_seqs": 64},
-        rules=(SEQS_64,),
-        learn=False,
-    ),
-    Case(
         "a duplicate is a duplicate before it is predicted",
         params={"max_num_seqs": 64},
         rules=(SEQS_64,),
@@ -234,7 +221,6 @@ def test_gate(case: Case, tiny_model: Path, tmp_path: Path) -> None:
         ModelInfo.from_path(spec.model),
         config_of=harness.engine_config,
         devices=case.devices,
-        learn_failures=case.learn,
         lanes=case.lanes,
     )
     params = {**BASE, **case.params}

@@ -15,13 +15,11 @@ from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
 from autotune.status import TrialStatus
-from autotune.store import StudyStore, TrialRecord
+from autotune.store import TrialRecord
 from autotune.study import (
-    Harness,
     LearnedRule,
     SkipRule,
     StudyResult,
-    StudyRunner,
     Tried,
     learned_rules,
 )
@@ -246,21 +244,6 @@ def test_crashes_of_different_causes_are_not_learned(
     queue(spec.storage_url, (32, "fp8"), (64, "fp8"), (16, "fp8"))
     _, trials = run(spec, space, measure)
     assert [by_number(trials)[n].status for n in (1, 2, 3)] == [K.CRASH] * 3
-    assert fp8_launches(measure) == 3
-
-
-def test_the_naive_mode_learns_nothing(
-    make_spec: MakeSpec, measure: FakeMeasure, fp8_space: tuple[SearchSpace, str]
-) -> None:
-    space, file = fp8_space
-    measure.script = failing_fp8(measure)
-    spec = make_spec(trials=1, space=file)
-    StudyRunner(Harness(spec, space, measure), StudyStore(spec.storage_url)).run()
-    spec = make_spec(trials=4, space=file, seed=2)
-    queue(spec.storage_url, (32, "fp8"), (64, "fp8"), (16, "fp8"))
-    store = StudyStore(spec.storage_url)
-    StudyRunner(Harness(spec, space, measure), store, learn_failures=False).run()
-    assert not [t for t in store.trials(STUDY) if t.status == K.PREDICTED_UNSUPPORTED]
     assert fp8_launches(measure) == 3
 
 

@@ -346,23 +346,6 @@ def test_oom_sets_the_oom_constraint_and_predicts_later_ooms(
     assert result.skipped >= len(predicted)
 
 
-def test_naive_mode_records_failures_as_failed_and_predicts_nothing(
-    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
-) -> None:
-    space, file = kv_space(tmp_path)
-    measure.script = oom_above(measure)
-    spec = make_spec(trials=8, space=file, seed=3)
-    result = StudyRunner(
-        Harness(spec, space, measure), StudyStore(spec.storage_url), learn_failures=False
-    ).run()
-    trials = records(spec)
-    ooms = [t for t in trials if t.status == "oom"]
-    assert ooms and all(t.state == "fail" for t in ooms)
-    assert not [t for t in trials if t.status == "predicted_oom"]
-    assert len(launched(trials)) == 8 == len(measure.calls)
-    assert result.failed == len(ooms)
-
-
 def test_memory_estimate_skips_configs_that_cannot_fit(
     make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path
 ) -> None:
