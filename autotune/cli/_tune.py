@@ -396,12 +396,7 @@ def run_confirm(harness: Harness, store: StudyStore, top: int, rounds: int) -> N
         value = "-" if result.summary is None else f"{result.summary.output_throughput:,.0f} tok/s"
         console.print(f"  round {k + 1}: trial {number} {result.status} {value}")
 
-    # Its runs are summarized (goodput) within the bounds the study's baseline fixed, as the
-    # trials' were.
-    harness.bounds.adopt(store.study_attrs(spec.study))
-    confirmer = Confirmer(
-        spec, harness.space, store, harness.measure, on_run=progress, configure=harness.leased
-    )
+    confirmer = Confirmer.of(harness, store, on_run=progress)
     with sigterm_as_interrupt():
         confirmer.run(top, rounds)
     print_confirm(console, store.study_attrs(spec.study))

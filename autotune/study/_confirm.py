@@ -56,7 +56,7 @@ from autotune.selection import (
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
-from autotune.study._harness import trial_engine_config
+from autotune.study._harness import Harness, trial_engine_config
 
 CONFIRM_FILE = "confirm.json"
 LEVEL = 0.90  # the gain's interval: two-sided
@@ -303,6 +303,26 @@ class Confirmer:
     # The engine config of a candidate's params, on devices leased as the trials' were
     # (`Harness.leased`); None: the host as a whole.
     configure: Callable[[dict[str, Any]], AbstractContextManager[EngineConfig]] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        harness: Harness,
+        store: StudyStore,
+        on_run: Callable[[int, int, int, Measurement], None] = lambda r, n, total, m: None,
+    ) -> Confirmer:
+        """The confirm step of `harness`'s study: its measure, on devices leased as the trials'
+        were. Its runs are summarized (goodput) within the bounds the study's baseline fixed,
+        as the trials' were, so the harness adopts them from the store first."""
+        harness.bounds.adopt(store.study_attrs(harness.spec.study))
+        return cls(
+            harness.spec,
+            harness.space,
+            store,
+            harness.measure,
+            on_run=on_run,
+            configure=harness.leased,
+        )
 
     def run(self, top: int, rounds: int) -> dict[str, Any]:
         name = self.spec.study

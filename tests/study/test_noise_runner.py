@@ -296,7 +296,7 @@ def test_the_confirm_step_leases_devices_as_the_trials_did(
 
     pool = DevicePool([4, 5], platform="cuda")
     harness = Harness(spec, space, Watching(random.Random(7)), pool=pool)
-    Confirmer(spec, space, store, harness.measure, configure=harness.leased).run(top=2, rounds=2)
+    Confirmer.of(harness, store).run(top=2, rounds=2)
     assert seen and all(d in ("4", "5") for d in seen), seen
     assert pool.free == [4, 5]  # every lease given back
     seen.clear()

@@ -18,7 +18,7 @@ from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace
 from autotune.store import StudyStore
-from autotune.study import Harness, StudyError, StudyRunner
+from autotune.study import Confirmer, Harness, StudyError, StudyRunner
 from autotune.study._slos import StudyBounds
 from study.fakes import FakeMeasure, MakeSpec, launched, records, tp_space
 
@@ -73,8 +73,13 @@ def test_a_resumed_study_and_the_confirm_step_keep_the_first_bound(
 
     fresh = StudyBounds.of(make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR}))
     assert fresh.pending() == ["p99_ttft_ms"]
-    assert fresh.adopt(store.study_attrs(spec.study))  # `autotune confirm`
+    assert fresh.adopt(store.study_attrs(spec.study))
     assert fresh.values == {"p99_ttft_ms": first}
+    # `autotune confirm`: a new harness's bounds are the study's once its confirm step is built.
+    confirming = Harness(make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR}), space, measure)
+    assert confirming.bounds.pending() == ["p99_ttft_ms"]
+    Confirmer.of(confirming, store)
+    assert confirming.bounds.values == {"p99_ttft_ms": first}
 
 
 def test_a_changed_factor_is_another_experiment(
