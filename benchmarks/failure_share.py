@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from autotune.bench import build_requests
 from autotune.cli._render import event_printer
 from autotune.devices import DeviceMemory
 from autotune.engine import EngineConfig, LaunchSettings
-from autotune.measure import Measure, Workplan, measure
+from autotune.measure import Measure, Measurement, Workplan, measure
 from autotune.search import make_sampler
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
@@ -91,7 +92,7 @@ def run_arm(
         platform="cpu",
     )
 
-    def one(config: EngineConfig, trial_dir: Path) -> Any:
+    def one(config: EngineConfig, trial_dir: Path) -> Measurement:
         return measure(config, trial_dir, plan, settings)
 
     if arm == "naive":
@@ -106,22 +107,41 @@ def run_arm(
     )
     result = StudyRunner(harness, store, event_printer(Console(highlight=False))).run()
     records = store.trials(spec.study)
-    launched = [t for t in records if t.device_s is not None]
+    launched = [
+        Launched(t.status, t.device_s or 0.0, t.metric("output_throughput") if t.measured else None)
+        for t in records
+        if t.device_s is not None
+    ]
+    predicted = sum(t.status == "predicted_oom" for t in records)
+    return {"arm": arm, **arm_row(launched, result.skipped, predicted)}
+
+
+@dataclass(frozen=True)
+class Launched:
+    """One launched trial of an arm: its status, device seconds and throughput (None: none
+    measured)."""
+
+    status: str
+    device_s: float
+    throughput: float | None
+
+
+def arm_row(launched: list[Launched], skipped: int, predicted_oom: int) -> dict[str, Any]:
+    """An arm's figures from its launched trials (the table's columns)."""
     failed = [t for t in launched if t.status != "ok"]
-    best = max((t.metric("output_throughput") for t in launched if t.status == "ok"), default=0.0)
-    device_s = sum(t.device_s or 0.0 for t in launched)
-    failed_s = sum(t.device_s or 0.0 for t in failed)
+    device_s = sum(t.device_s for t in launched)
+    failed_s = sum(t.device_s for t in failed)
+    ok = [t.throughput for t in launched if t.status == "ok" and t.throughput is not None]
     return {
-        "arm": arm,
         "launched": len(launched),
         "failed": len(failed),
         "failed_kinds": sorted({t.status for t in failed}),
-        "skipped": result.skipped,
-        "predicted_oom": sum(t.status == "predicted_oom" for t in records),
+        "skipped": skipped,
+        "predicted_oom": predicted_oom,
         "device_s": round(device_s, 1),
         "failed_device_s": round(failed_s, 1),
         "failed_share": round(failed_s / device_s, 3) if device_s else 0.0,
-        "best_output_tok_s": round(best, 1),
+        "best_output_tok_s": round(max(ok, default=0.0), 1),
     }
 
 
@@ -132,34 +152,21 @@ def run_naive(spec: TuneSpec, space: SearchSpace, one: Measure, folder: Path) ->
     ignore those, so the region they failed in stays as likely as before); nothing is
     predicted or skipped, and an OOM is not repaired."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=make_sampler(spec, space))
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(spec))
     study.enqueue_trial(space.baseline_params())
-    rows: list[tuple[str, float, float | None]] = []  # status, device s, throughput
+    launched: list[Launched] = []
     for number in range(spec.trials):
         trial = study.ask()
         config = trial_engine_config(spec, space, space.suggest(trial))
         m = one(config, folder / f"trial-{number:04d}")
-        if m.summary is None:
+        throughput = None if m.summary is None else m.summary.output_throughput
+        if throughput is None:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            rows.append((m.status, m.device_s or 0.0, None))
         else:
-            study.tell(trial, m.summary.output_throughput)
-            rows.append((m.status, m.device_s or 0.0, m.summary.output_throughput))
-        print(f"  naive trial {number}: {m.status}, {m.device_s or 0.0:.0f} device s", flush=True)
-    failed = [r for r in rows if r[0] != "ok"]
-    device_s = sum(r[1] for r in rows)
-    failed_s = sum(r[1] for r in failed)
-    return {
-        "launched": len(rows),
-        "failed": len(failed),
-        "failed_kinds": sorted({r[0] for r in failed}),
-        "skipped": 0,
-        "predicted_oom": 0,
-        "device_s": round(device_s, 1),
-        "failed_device_s": round(failed_s, 1),
-        "failed_share": round(failed_s / device_s, 3) if device_s else 0.0,
-        "best_output_tok_s": round(max((r[2] for r in rows if r[2] is not None), default=0.0), 1),
-    }
+            study.tell(trial, throughput)
+        launched.append(Launched(m.status, m.device_s, throughput))
+        print(f"  naive trial {number}: {m.status}, {m.device_s:.0f} device s", flush=True)
+    return arm_row(launched, skipped=0, predicted_oom=0)
 
 
 def main() -> None:

@@ -20,7 +20,6 @@ import optuna
 
 from autotune.search._design import LatinStart
 from autotune.search._told import ToldSampler
-from autotune.space import SearchSpace
 from autotune.spec import Objective, TuneSpec
 
 logger = logging.getLogger(__name__)
@@ -51,12 +50,10 @@ def _gp_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "scipy"))
 
 
-def make_sampler(
-    spec: TuneSpec, space: SearchSpace, offset: int = 0
-) -> optuna.samplers.BaseSampler:
+def make_sampler(spec: TuneSpec, offset: int = 0) -> optuna.samplers.BaseSampler:
     """The spec's sampler, seeded with `spec.seed + offset` (a resumed study passes the number
     of trials it has, so that it does not propose its first configs again)."""
-    sampler = _base_sampler(spec, space, spec.seed + offset)
+    sampler = _base_sampler(spec, spec.seed + offset)
     if isinstance(sampler, optuna.samplers.RandomSampler):
         return sampler  # it reads nothing of the study
     slos = [*spec.slos, *spec.relative_slos]  # a relative SLO is a constraint once fixed
@@ -65,7 +62,7 @@ def make_sampler(
     return ToldSampler(sampler, slos)  # SLO constraints on a log scale (see `_told`)
 
 
-def _base_sampler(spec: TuneSpec, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
+def _base_sampler(spec: TuneSpec, seed: int) -> optuna.samplers.BaseSampler:
     name = sampler_name(spec)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)

@@ -46,6 +46,11 @@ class HostFacts:
     vllm_options: frozenset[str] | None = None  # the installed vLLM's option names
     vllm_version: str | None = None  # to say which vLLM lacks an option
 
+    @property
+    def vllm_name(self) -> str:
+        """`vLLM 0.32.0`, or `the installed vLLM` where its version was not read."""
+        return f"vLLM {self.vllm_version}" if self.vllm_version else "the installed vLLM"
+
 
 @dataclass(frozen=True)
 class HostRule:
@@ -146,7 +151,7 @@ def _options_missing(space: SearchSpace, host: HostFacts) -> dict[str, str]:
     option it lacks: the space names it for every trial."""
     if host.vllm_options is None or space.allow_unknown_options:
         return {}  # not read; or options the space passes on purpose (a plugin's)
-    which = f"vLLM {host.vllm_version}" if host.vllm_version else "the installed vLLM"
+    which = host.vllm_name
     for name in space.fixed:
         if name not in host.vllm_options:
             raise SpaceError(

@@ -83,8 +83,7 @@ class Gate:
     """The rules of one study: its space, model, device count and memory estimate.
 
     `config_of` gives the engine config of a known OOM's params (to compare what the two
-    allocate).
-    `lanes` trials side by side share a CPU host's memory.
+    allocate). `lanes` trials side by side share a CPU host's memory.
     """
 
     space: SearchSpace

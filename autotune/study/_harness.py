@@ -275,12 +275,12 @@ def _check_options(spec: TuneSpec, space: SearchSpace, host: HostFacts) -> None:
     passes a plugin's options on purpose says `allow_unknown_options`)."""
     if host.vllm_options is None or space.allow_unknown_options:
         return
-    which = f"vLLM {host.vllm_version}" if host.vllm_version else "the installed vLLM"
     for name in spec.engine.options:
         if name not in host.vllm_options:
             raise SpecError(
-                f"--option {name}: not an option of {which}; check its spelling (`vllm serve "
-                "--help=all`), or give the space `allow_unknown_options: true` for a plugin's"
+                f"--option {name}: not an option of {host.vllm_name}; check its spelling "
+                "(`vllm serve --help=all`), or give the space `allow_unknown_options: true` "
+                "for a plugin's"
             )
 
 

@@ -44,18 +44,18 @@ def open_study(
         check_warm_start(harness, store.settings)  # a bad --warm-start creates nothing
         folders = _foreign_folders(harness, store)
     directions = [o.direction for o in told_objectives(spec)]
-    study, created = store.create_or_load(spec.study, directions, make_sampler(spec, harness.space))
+    study, created = store.create_or_load(spec.study, directions, make_sampler(spec))
     if created:
         _initialize(harness, store, study, folders)
         if folders:  # the trials re-ingested: its sampler goes on from there, as on resume
-            study.sampler = make_sampler(spec, harness.space, offset=max(folders) + 1)
+            study.sampler = make_sampler(spec, offset=max(folders) + 1)
     else:
         _check_same_experiment(harness, study)
         offset = len(study.get_trials(deepcopy=False))
         if join:
             # Workers that start together must not propose the same configs.
             offset += int(uuid.uuid4().int % 1_000_000)
-        study.sampler = make_sampler(spec, harness.space, offset=offset)
+        study.sampler = make_sampler(spec, offset=offset)
     study.set_user_attr(SPEC_ATTR, _shared_spec(spec))
     return study, created
 

@@ -219,9 +219,8 @@ def _keep(
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs=attrs, system_attrs=queued))
 
 
-def _read_record(folder: Path | None) -> dict[str, Any] | None:
-    if folder is None:
-        return None
+def _read_record(folder: Path) -> dict[str, Any] | None:
+    """A folder's `trial.json`, or None where it is missing, unreadable or not a record."""
     try:
         data = json.loads((folder / layout.TRIAL_RECORD).read_text())
     except (OSError, ValueError):

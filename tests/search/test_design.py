@@ -12,7 +12,7 @@ from study.fakes import FakeMeasure
 from autotune.search import make_sampler
 from autotune.search._design import LatinStart
 from autotune.search._told import ToldSampler
-from autotune.space import SearchSpace, load_space
+from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore
 from autotune.study import Harness, StudyRunner
@@ -99,7 +99,7 @@ def test_seeds_give_other_designs_and_a_seed_the_same() -> None:
 
 def test_the_default_gp_opens_with_the_design() -> None:
     spec = TuneSpec.model_validate({"study": "s", "model": "m", "slos": {"p99_ttft_ms": 500}})
-    sampler = make_sampler(spec, load_space("cpu-quick"))
+    sampler = make_sampler(spec)
     assert isinstance(sampler, ToldSampler)
     gp = sampler.base
     assert isinstance(gp, optuna.samplers.GPSampler)

@@ -9,7 +9,6 @@ import pytest
 
 from autotune.search import _samplers, make_sampler, sampler_name, told_objectives
 from autotune.search._told import ToldSampler
-from autotune.space import load_space
 from autotune.spec import TuneSpec
 
 
@@ -28,15 +27,14 @@ def base(sampler: optuna.samplers.BaseSampler) -> optuna.samplers.BaseSampler:
 
 
 def test_auto_is_gp_for_goal_and_tpe_for_pareto() -> None:
-    space = load_space("cpu-quick")
     assert sampler_name(spec()) == "gp"
-    goal = make_sampler(spec(), space)
+    goal = make_sampler(spec())
     assert isinstance(goal, optuna.samplers.GPSampler)  # no SLO: told the values as measured
-    slo = make_sampler(spec(slos={"p99_ttft_ms": 500}), space)
+    slo = make_sampler(spec(slos={"p99_ttft_ms": 500}))
     assert isinstance(slo, ToldSampler) and isinstance(slo.base, optuna.samplers.GPSampler)
-    pareto = make_sampler(spec(search="pareto"), space)
+    pareto = make_sampler(spec(search="pareto"))
     assert isinstance(pareto, optuna.samplers.TPESampler)
-    random = make_sampler(spec(sampler="random", remeasure="off"), space)
+    random = make_sampler(spec(sampler="random", remeasure="off"))
     assert isinstance(random, optuna.samplers.RandomSampler)
 
 
