@@ -116,9 +116,8 @@ def default_choice(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> Tri
 def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str) -> list[str]:
     """The comment header: where the config comes from and what it measured."""
     m = trial.metric
-    engine = trial.engine or {}
     host = attrs.get("host") or {}
-    vllm = engine.get("vllm_version") or ", ".join(
+    vllm = trial.engine.vllm_version or ", ".join(
         f"{k} {v}" for k, v in (host.get("vllm") or {}).items()
     )
     lines = [

@@ -56,7 +56,7 @@ def kill_mid_benchmark(
     killer.join(timeout=5)
     if "at_unix" not in killed:
         raise RuntimeError(f"the {victim} was never killed: {result.status} {result.reason}")
-    noticed = result.engine.get("abort", {}).get("noticed_unix")
+    noticed = result.engine.abort.noticed_unix if result.engine.abort else None
     return {
         "victim": victim,
         "status": result.status,

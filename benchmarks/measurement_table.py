@@ -17,6 +17,7 @@ from autotune.engine import EngineConfig, LaunchSettings
 from autotune.measure import Measurement, Workplan, measure
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
+from autotune.store import TrialFacts
 
 
 def config_key(config: EngineConfig) -> str:
@@ -54,8 +55,8 @@ class MeasurementTable:
     def get(self, key: str) -> Measurement:
         entry = self.entries[key]
         summary = None if entry["summary"] is None else Summary.model_validate(entry["summary"])
-        kept = {k: entry[k] for k in ("status", "reason", "engine", "device_s")}
-        return Measurement(**kept, summary=summary)
+        kept = {k: entry[k] for k in ("status", "reason", "device_s")}
+        return Measurement(**kept, summary=summary, engine=TrialFacts.read(entry["engine"]))
 
     def brief(self, key: str) -> dict[str, Any]:
         return {k: self.entries[key][k] for k in ("params", "status", "device_s")}
@@ -72,7 +73,8 @@ class MeasurementTable:
         print(f"    {outcome} ({m.device_s:.1f} device s; {trial_dir})", flush=True)
         summary = None if m.summary is None else m.summary.model_dump()
         return {"params": params, "status": m.status, "reason": m.reason, "device_s": m.device_s,
-                "summary": summary, "engine": m.engine, "trial_dir": str(trial_dir)}  # fmt: skip
+                "summary": summary, "engine": m.engine.stored(),
+                "trial_dir": str(trial_dir)}  # fmt: skip
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

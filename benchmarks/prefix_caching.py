@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from autotune.bench import rates, read_records, summarize  # noqa: E402
+from autotune.store import TrialFacts  # noqa: E402
 from autotune.tinymodel import make_tiny_model  # noqa: E402
 
 SPACE = """\
@@ -92,7 +93,7 @@ def _compare(study: Path, args: argparse.Namespace) -> dict[str, Any]:
         config = (folder / "engine.yaml").read_text()
         caching = "off" if "enable-prefix-caching: false" in config else "on"
         summary = summarize(read_records(folder / "requests.jsonl"))
-        counted = rates(saved["engine"].get("counters") or {})
+        counted = rates(TrialFacts.read(saved["engine"]).counters or {})
         runs[caching].append({
             "round": int(folder.parent.name.split("-")[1]),
             "p50_ttft_ms": summary.ttft_ms.p50,

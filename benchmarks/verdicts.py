@@ -180,7 +180,7 @@ def run_row(result: Measurement) -> dict[str, Any]:
         "status": str(result.status),
         "reason": result.reason[:500],
         "device_s": result.device_s,
-        "startup_s": result.engine.get("startup_s"),
+        "startup_s": result.engine.startup_s,
         "teardown_error": result.teardown_error,
     }
     summary = result.summary

@@ -235,7 +235,7 @@ def test_vllm_serve_turns_prefix_caching_off_as_exported(tmp_path: Path) -> None
     `enable-prefix-caching: false`, vLLM 0.32 drops it there (None: its default, on), which is
     how a served export once ran with the cache the study had measured without."""
     out = tmp_path / "best.yaml"
-    export_trial("s1", trial(), ATTRS, out, "trial 3")
+    export_trial("s1", trial(engine={}), ATTRS, out, "trial 3")
     assert "no-enable-prefix-caching: true" in out.read_text()
     naive = tmp_path / "naive.yaml"
     naive.write_text("model: /models/tiny\nenable-prefix-caching: false\n")

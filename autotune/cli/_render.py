@@ -78,7 +78,7 @@ def _finished(console: Console, event: TrialFinished) -> None:
             f"  trial {event.number} [green]ok[/]: {capacity}"
             f"{s.output_throughput:,.0f} output tok/s, {peak}"
             f"p99 TTFT {s.ttft_ms.p99:.1f} ms, p99 TPOT {s.tpot_ms.p99:.2f} ms, "
-            f"{s.errors} errors{_counted(s)} (start-up {m.engine.get('startup_s', 0):.0f} s, "
+            f"{s.errors} errors{_counted(s)} (start-up {m.engine.startup_s or 0:.0f} s, "
             f"trial {m.device_s:.0f} s)"
         )
     records = study_records(event.study)

@@ -123,7 +123,7 @@ def trial_view(catalog: Catalog, name: str, number: int) -> TrialView:
         latencies=latency_rows(t),
         others=[[metric_label(m), t.metrics[m]] for m in OTHER_METRICS if m in t.metrics],
         constraints=t.constraints,
-        engine=t.engine,
+        engine=t.engine.stored(),
         device_s=t.device_s,
         trial_dir=t.trial_dir,
         repair_of=t.repair_of,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 _KV_TOKENS = re.compile(r"(?:CPU|GPU|NPU) KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
@@ -14,10 +14,18 @@ _VERSION = re.compile(r"V1 LLM engine \(v([^)]+)\)|vLLM API server version ([\w.
 
 
 class EngineFacts(BaseModel):
-    vllm_version: str | None = None
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    reserved_cpus: list[int] | None = None  # CPUs vLLM (CPU backend) keeps for its front end
+    """What the engine logged (or `/version` answered) about itself; None: it did not say."""
+
+    vllm_version: str | None = Field(default=None, description="the running vLLM's version")
+    kv_cache_tokens: int | None = Field(
+        default=None, description="tokens the KV cache holds (`KV cache size: N tokens`)"
+    )
+    max_concurrency: float | None = Field(
+        default=None, description="requests of max_model_len tokens the KV cache holds at once"
+    )
+    reserved_cpus: list[int] | None = Field(
+        default=None, description="CPUs vLLM's CPU backend keeps for its front end"
+    )
 
 
 def parse_facts(log_text: str) -> EngineFacts:

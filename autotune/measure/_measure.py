@@ -52,6 +52,7 @@ from autotune.engine import (
 from autotune.measure._objectives import constraint_values
 from autotune.measure._prune import Judge
 from autotune.status import TrialStatus
+from autotune.store import Abort, Cost, TrialFacts
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class Measurement:
     status: str
     reason: str = ""
     summary: Summary | None = None
-    engine: dict[str, Any] = field(default_factory=dict)
+    engine: TrialFacts = field(default_factory=TrialFacts)
     device_s: float = 0.0
     log_tail: str = ""
     teardown_error: str | None = None
@@ -132,7 +133,9 @@ def measure(
     result = Measurement(status=TrialStatus.OK)
     try:
         with launch(config, settings, trial_dir) as engine:
-            result.engine = {"startup_s": round(engine.startup_s, 2), **engine.facts.model_dump()}
+            result.engine = TrialFacts(
+                startup_s=round(engine.startup_s, 2), **engine.facts.model_dump()
+            )
 
             def probe() -> str | None:
                 settings.check_cancel()  # raised out of the client's event loop, as Ctrl-C is
@@ -148,7 +151,7 @@ def measure(
                 _fail(result, Failure(TrialStatus.BENCHMARK_ERROR, str(exc)))
             except BenchmarkAborted as aborted:
                 _write_records(trial_dir, aborted.records)
-                result.engine["abort"] = _noticed(str(aborted.abort.kind), aborted.abort.reason)
+                result.engine.abort = Abort.now(str(aborted.abort.kind), aborted.abort.reason)
                 if aborted.abort.kind is AbortKind.PRUNED:  # the engine is fine: a normal stop
                     result.status, result.reason = TrialStatus.PRUNED, aborted.abort.reason
                     result.summary = _pruned_summary(aborted.records, plan.slos)
@@ -163,17 +166,17 @@ def measure(
                 _write_records(trial_dir, records)
                 if not engine.alive():
                     engine.mark_failed()
-                    result.engine["abort"] = _noticed("engine", "engine exited")
+                    result.engine.abort = Abort.now("engine", "engine exited")
                     _fail(result, engine.failure(TrialStatus.CRASH))
                 else:
-                    result.engine["counters"] = counters.counted()
+                    result.engine.counters = counters.counted()
                     result.summary = summarize(records, plan.slos)
                     if runs:
                         result.summary = median_summary(runs)
                         result.spread = _finite(spread(runs))
-                        result.engine["repeats"] = len(runs)
+                        result.engine.repeats = len(runs)
                     if capacity is not None:
-                        result.engine["capacity"] = capacity
+                        result.engine.capacity = capacity
                         result.summary = _with_capacity(result.summary, capacity)
                     result.summary = with_counters(result.summary, result.engine)
                     _cost(result, config, plan)
@@ -184,7 +187,7 @@ def measure(
     except EngineError as exc:
         _fail(result, exc.failure)
         if exc.startup_s is not None:
-            result.engine["startup_s"] = round(exc.startup_s, 2)
+            result.engine.startup_s = round(exc.startup_s, 2)
     except _Pruned:
         pass
     except TeardownError as exc:
@@ -211,18 +214,18 @@ def measure_offline(
     except EngineError as exc:
         _fail(result, exc.failure)
         if exc.startup_s is not None:
-            result.engine["startup_s"] = round(exc.startup_s, 2)
+            result.engine.startup_s = round(exc.startup_s, 2)
     except TeardownError as exc:
         logger.error("%s", exc)
         result.teardown_error = str(exc)
     else:
         _write_records(trial_dir, batch.records)
-        result.engine = {
-            "startup_s": round(batch.startup_s, 2),
-            "generate_s": round(batch.generate_s, 3),
-            "peak_memory_bytes": batch.peak_memory_bytes,
+        result.engine = TrialFacts(
+            startup_s=round(batch.startup_s, 2),
+            generate_s=round(batch.generate_s, 3),
+            peak_memory_bytes=batch.peak_memory_bytes,
             **batch.facts.model_dump(),
-        }
+        )
         result.summary = _with_peak(summarize(batch.records, plan.slos), result.engine)
         _cost(result, config, plan)
         if result.summary.completed == 0:
@@ -233,9 +236,9 @@ def measure_offline(
     return result
 
 
-def _with_peak(summary: Summary, engine: Mapping[str, Any]) -> Summary:
-    peak = engine.get("peak_memory_bytes")
-    if not isinstance(peak, int | float):
+def _with_peak(summary: Summary, engine: TrialFacts) -> Summary:
+    peak = engine.peak_memory_bytes
+    if peak is None:
         return summary
     return summary.model_copy(update={"peak_memory_gib": round(peak / 2**30, 3)})
 
@@ -337,23 +340,17 @@ def _cost(result: Measurement, config: EngineConfig, plan: Workplan) -> None:
     if plan.device_cost_per_hour is None or result.summary is None:
         return
     devices = config.devices
-    result.engine["cost"] = {"per_device_hour": plan.device_cost_per_hour, "devices": devices}
+    result.engine.cost = Cost(per_device_hour=plan.device_cost_per_hour, devices=devices)
     result.summary = with_cost(result.summary, plan.device_cost_per_hour, devices)
 
 
-def with_counters(summary: Summary, engine: Mapping[str, Any]) -> Summary:
-    """The summary with the rates of what the engine counted (`engine["counters"]`)."""
-    counted = engine.get("counters")
-    return with_rates(summary, counted if isinstance(counted, dict) else None)
+def with_counters(summary: Summary, engine: TrialFacts) -> Summary:
+    """The summary with the rates of what the engine counted (`engine.counters`)."""
+    return with_rates(summary, engine.counters)
 
 
 def _with_capacity(summary: Summary, capacity: dict[str, Any]) -> Summary:
     return summary.model_copy(update={"capacity_rps": float(capacity.get("rate") or 0.0)})
-
-
-def _noticed(kind: str, reason: str) -> dict[str, Any]:
-    """When and why the trial gave up on its engine (wall clock, to compare with a kill)."""
-    return {"kind": kind, "reason": reason, "noticed_unix": round(time.time(), 3)}
 
 
 def _write_records(trial_dir: Path, records: Sequence[RequestRecord]) -> None:
@@ -365,7 +362,7 @@ def save_measurement(trial_dir: Path, m: Measurement) -> None:
     data = {
         "status": m.status,
         "reason": m.reason,
-        "engine": m.engine,
+        "engine": m.engine.stored(),
         "device_s": m.device_s,
         "log_tail": m.log_tail,
         "teardown_error": m.teardown_error,
@@ -386,7 +383,7 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
     m = Measurement(
         status=str(data.get("status", TrialStatus.CRASH)),
         reason=str(data.get("reason", "")),
-        engine=dict(data.get("engine") or {}),
+        engine=TrialFacts.read(data.get("engine")),
         device_s=float(data.get("device_s") or 0.0),
         log_tail=str(data.get("log_tail") or ""),
         teardown_error=data.get("teardown_error"),
@@ -397,12 +394,12 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
             m.summary = _saved_summary(trial_dir, m, slos)
         except (OSError, ValueError):
             return None
-        if isinstance(m.engine.get("capacity"), dict):
-            m.summary = _with_capacity(m.summary, m.engine["capacity"])
+        if m.engine.capacity is not None:
+            m.summary = _with_capacity(m.summary, m.engine.capacity)
         m.summary = with_counters(_with_peak(m.summary, m.engine), m.engine)
-        cost = m.engine.get("cost")
-        if isinstance(cost, dict):
-            m.summary = with_cost(m.summary, float(cost["per_device_hour"]), int(cost["devices"]))
+        cost = m.engine.cost
+        if cost is not None:
+            m.summary = with_cost(m.summary, cost.per_device_hour, cost.devices)
     return m
 
 
@@ -410,7 +407,7 @@ def _saved_summary(trial_dir: Path, m: Measurement, slos: Mapping[str, float]) -
     """The summary `measure` gave, rebuilt from the records it kept."""
     if m.status == TrialStatus.PRUNED:
         return _pruned_summary(read_records(trial_dir / layout.REQUESTS), slos)
-    repeats = int(m.engine.get("repeats") or 0)
+    repeats = m.engine.repeats or 0
     if repeats > 1:
         runs = [trial_dir / layout.RUNS_DIR / layout.run_records(k) for k in range(repeats)]
         return median_summary([summarize(read_records(path), slos) for path in runs])

@@ -1,5 +1,6 @@
 """Where studies and their measured trials live (any Optuna RDB storage)."""
 
+from autotune.store._facts import Abort, Cost, TrialFacts
 from autotune.store._records import (
     CONFIG,
     DESCRIPTION,
@@ -70,11 +71,14 @@ __all__ = [
     "TRIAL_DIR",
     "WARM_FROM",
     "WORKER",
+    "Abort",
+    "Cost",
     "NoStudiesError",
     "StorageError",
     "StoreSettings",
     "StudyInfo",
     "StudyStore",
+    "TrialFacts",
     "TrialRecord",
     "TrialSlots",
     "default_storage_url",

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, Field
 
 from autotune.status import TrialStatus
+from autotune.store._facts import TrialFacts
 
 # Trial user-attribute keys: one place spells them.
 STATUS = "status"
@@ -59,7 +60,7 @@ class TrialRecord(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     lease_env: dict[str, str] = Field(default_factory=dict)
     metrics: dict[str, float] = Field(default_factory=dict)
-    engine: dict[str, Any] = Field(default_factory=dict)
+    engine: TrialFacts = Field(default_factory=TrialFacts)
     values: list[float] | None = None
     constraints: dict[str, float] = Field(default_factory=dict)
     device_s: float | None = None
@@ -107,7 +108,7 @@ class TrialRecord(BaseModel):
             env=attrs.get(ENV, {}),
             lease_env=attrs.get(LEASE_ENV) or {},
             metrics=_metrics(attrs.get(METRICS)),
-            engine=attrs.get(ENGINE, {}),
+            engine=TrialFacts.read(attrs.get(ENGINE)),
             values=list(trial.values) if trial.values is not None else None,
             constraints=dict(trial.constraints),
             device_s=attrs.get(DEVICE_S),

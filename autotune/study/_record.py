@@ -94,7 +94,7 @@ class Recorder:
             m = self._fix_relative_slos(study, trial, m, trial_dir)
         trial.set_user_attr(keys.STATUS, m.status)
         trial.set_user_attr(keys.REASON, m.reason)
-        trial.set_user_attr(keys.ENGINE, m.engine)
+        trial.set_user_attr(keys.ENGINE, m.engine.stored())
         trial.set_user_attr(keys.DEVICE_S, m.device_s)
         trial.set_user_attr(keys.TRIAL_DIR, str(trial_dir))
         if m.summary is not None:

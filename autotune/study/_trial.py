@@ -28,7 +28,7 @@ from autotune.search import queue_remeasure, remeasure_on
 from autotune.selection import pareto_front
 from autotune.space import ModelInfo, SearchSpace, SpaceError
 from autotune.status import TrialStatus
-from autotune.store import StudyStore, TrialRecord, TrialSlots
+from autotune.store import StudyStore, TrialFacts, TrialRecord, TrialSlots
 from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
 from autotune.study._gate import LAUNCH, Gate, Proposal, SkipRule, Verdict
@@ -306,8 +306,8 @@ def _got_past_startup(attrs: dict[str, object]) -> bool:
     that completed no request), or the benchmark was aborted (the engine died, hung)."""
     if attrs.get(keys.STATUS) in (TrialStatus.OK, TrialStatus.PRUNED):
         return True
-    engine = attrs.get(keys.ENGINE)
-    return attrs.get(keys.METRICS) is not None or (isinstance(engine, dict) and "abort" in engine)
+    aborted = TrialFacts.read(attrs.get(keys.ENGINE)).abort is not None
+    return attrs.get(keys.METRICS) is not None or aborted
 
 
 def _measured_twin(trials: list[FrozenTrial], trial: Trial, space: SearchSpace) -> int | None:

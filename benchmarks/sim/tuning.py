@@ -108,7 +108,6 @@ class SimMeasure:
         # queues grow (so the drift fit reads no drift there, autotune.drift says why).
         land = self.truth.landscape
         cfg = sim_config(land, config.args)
-        engine: dict[str, Any] = {}
         raw = result
         if f != 1.0:
             raw = simulate(land.hardware, cfg, land.workload, speed=f)
@@ -117,7 +116,7 @@ class SimMeasure:
         summary = measured_summary(land, raw)
         # The drift's clock is the device time spent (the recorder stores it as measured_at).
         return Measurement(
-            TrialStatus.OK, summary=summary, engine=engine, device_s=device_s, at_s=self.clock_s
+            TrialStatus.OK, summary=summary, device_s=device_s, at_s=self.clock_s
         )
 
 

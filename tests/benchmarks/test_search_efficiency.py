@@ -16,6 +16,7 @@ from autotune.bench import Stats, Summary
 from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import load_space
+from autotune.store import TrialFacts
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "search_efficiency.py"
 sys.path.insert(0, str(SCRIPT.parent))  # the script imports its measurement_table beside it
@@ -175,7 +176,9 @@ class CountingMeasure:
     def __call__(self, config: EngineConfig, trial_dir: Path, judge: object = None) -> Measurement:
         self.calls += 1
         goodput = float(config.args["max_num_seqs"])
-        return Measurement(status="ok", summary=summary(goodput), engine={"x": 1}, device_s=4.5)
+        return Measurement(
+            status="ok", summary=summary(goodput), engine=TrialFacts(startup_s=1.0), device_s=4.5
+        )
 
 
 def test_table_measures_each_config_once_and_keeps_it(tmp_path: Path) -> None:

@@ -70,9 +70,9 @@ def test_repeats_keep_a_spread_that_show_prints(
     result = cli(*tune_argv("r", "--trials", "2", "--repeats", "2"))
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     base, trial = store_of(tmp_path, "r").trials("r")
-    assert trial.engine["repeats"] == 2 and "output_throughput" in trial.spread
+    assert trial.engine.repeats == 2 and "output_throughput" in trial.spread
     assert len(list(Path(trial.trial_dir or "").glob("runs/run-*.jsonl"))) == 2
-    assert base.role == "baseline" and base.engine["repeats"] == 2  # no relative SLO: as any
+    assert base.role == "baseline" and base.engine.repeats == 2  # no relative SLO: as any
     shown = cli("show", "r", "--root", tmp_path / "studies")
     assert " ±" in shown.output  # type: ignore[attr-defined]
 
@@ -118,7 +118,7 @@ def test_a_relative_bound_is_the_median_of_the_baselines_three_runs(
     store = store_of(tmp_path, "m")
     (base,) = store.trials("m")
     runs = sorted(Path(base.trial_dir or "").glob("runs/run-*.jsonl"))
-    assert base.engine["repeats"] == 3 and len(runs) == 3
+    assert base.engine.repeats == 3 and len(runs) == 3
     p99s = [summarize(read_records(run)).ttft_ms.p99 for run in runs]
     basis = store.study_attrs("m")["slo_basis"]["p99_ttft_ms"]
     assert basis["baseline"] == pytest.approx(statistics.median(p99s))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from support import one_error_line
 
-from autotune.store import StudyStore
+from autotune.store import Cost, StudyStore
 from cli.conftest import invoke, tune_args
 
 
@@ -26,7 +26,7 @@ def test_cost_per_mtok_is_measured_and_minimized(tiny_model: Path, tmp_path: Pat
         # 3.6 per hour is 0.001 per second: a million tokens at R tok/s cost 1000 / R.
         assert t.metrics["cost_per_mtok"] == pytest.approx(1000 / t.metrics["output_throughput"])
         assert t.values == [t.metrics["cost_per_mtok"]]
-        assert t.engine["cost"] == {"per_device_hour": 3.6, "devices": 1}
+        assert t.engine.cost == Cost(per_device_hour=3.6, devices=1)
     shown = invoke("show", "c", "--root", tmp_path, "--format", "json")
     assert '"cost_per_mtok"' in shown.output
 

@@ -28,7 +28,7 @@ def _tune(
         output.append(result.output)
     (trial,) = StudyStore(f"sqlite:///{root / study / 'study.db'}", create=False).trials(study)
     counted = json.loads((root / study / "trial-0000" / "measurement.json").read_text())
-    assert counted["engine"]["counters"] == trial.engine["counters"]
+    assert counted["engine"]["counters"] == trial.engine.counters
     return trial.metrics
 
 

@@ -49,7 +49,7 @@ def test_an_offline_study_scores_batches_by_tokens_per_second(
         assert t.metrics["output_throughput"] > 0 and t.metrics["request_throughput"] > 0
         assert t.metrics["total_throughput"] > t.metrics["output_throughput"]
         assert t.metrics["peak_memory_gib"] > 64 / 1024  # the fake child held 64 MiB
-        assert t.engine["startup_s"] > 0 and t.engine["generate_s"] > 0
+        assert t.engine.startup_s > 0 and t.engine.generate_s > 0
         assert t.values == [t.metrics["output_throughput"], t.metrics["peak_memory_gib"]]
         folder = Path(t.trial_dir or "")
         assert (folder / "prompts.jsonl").is_file() and (folder / "requests.jsonl").is_file()

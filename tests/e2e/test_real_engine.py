@@ -54,10 +54,10 @@ def test_study_measures_every_trial_and_stores_a_front(study_root: Path) -> None
     assert any(t.feasible for t in measured)
     for t in measured:
         assert t.metrics["completed"] == PROMPTS and t.metrics["errors"] == 0
-        assert t.engine["vllm_version"].startswith("0.32")
-        assert t.engine["startup_s"] > 1
+        assert t.engine.vllm_version.startswith("0.32")
+        assert t.engine.startup_s > 1
         # The engine's own KV capacity matches the size the trial asked for (4096 B/token).
-        assert t.engine["kv_cache_tokens"] == t.config["kv-cache-memory-bytes"] // 4096
+        assert t.engine.kv_cache_tokens == t.config["kv-cache-memory-bytes"] // 4096
         # Stored metrics are recomputed from the raw per-request records.
         records = read_records(Path(t.trial_dir or "") / "requests.jsonl")
         assert len(records) == PROMPTS

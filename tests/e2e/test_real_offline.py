@@ -76,12 +76,12 @@ def test_an_offline_study_measures_batches_and_learns_a_real_oom(
     print(
         f"\noffline study: {time.monotonic() - started:.0f} s; baseline "
         f"{ok.metrics['output_throughput']:.0f} output tok/s, startup "
-        f"{ok.engine['startup_s']} s, generate {ok.engine['generate_s']} s, peak "
+        f"{ok.engine.startup_s} s, generate {ok.engine.generate_s} s, peak "
         f"{ok.metrics['peak_memory_gib']:.2f} GiB; oom trial {oom.device_s} s"
     )
     assert ok.metrics["completed"] == PROMPTS and ok.metrics["output_throughput"] > 0
     assert ok.metrics["peak_memory_gib"] > 256 / 1024  # at least the KV cache
-    assert ok.engine["kv_cache_tokens"] == 65536
+    assert ok.engine.kv_cache_tokens == 65536
     records = read_records(Path(ok.trial_dir or "") / "requests.jsonl")
     assert [r.output_tokens for r in records] == [OUTPUT] * PROMPTS  # ignore_eos, every token
     for record in records:  # vLLM's stats give each request its times inside the batch

@@ -65,7 +65,7 @@ def test_engine_killed_mid_benchmark_is_noticed_within_two_seconds(tmp_path: Pat
     assert result.status == TrialStatus.CRASH
     assert "SIGKILL" in result.reason
     died_at = float(re.search(r"SIGKILL at ([\d.]+)", log).group(1))  # type: ignore[union-attr]
-    noticed = result.engine["abort"]
+    noticed = result.engine.abort
     assert noticed["kind"] == "engine"
     assert 0 <= noticed["noticed_unix"] - died_at < 2.0
     # Unfinished requests are recorded as errors; the trial folder keeps what was measured.

@@ -30,14 +30,14 @@ def test_repeats_run_on_one_engine_and_report_medians_and_spread(tmp_path: Path)
     m = measure(CONFIG, trial, plan(repeats=3), fake_settings(tmp_path, extra_env=ENV))
 
     assert m.ok, m.reason
-    assert m.engine["repeats"] == 3
+    assert m.engine.repeats == 3
     log = (trial / "engine.log").read_text()
     assert log.count("$ ") == 1  # one engine start for the three runs
     runs = [summarize(read_records(trial / "runs" / f"run-{k}.jsonl")) for k in range(3)]
     assert all(r.completed == len(REQUESTS) for r in runs)
     # The median of the runs, with what the engine counted over all three (the fake engine's
     # cache blocks are longer than these prompts: no hit).
-    assert m.summary == with_rates(median_summary(runs), m.engine["counters"])
+    assert m.summary == with_rates(median_summary(runs), m.engine.counters)
     assert m.summary.prefix_cache_hit_rate == 0.0
     assert m.spread["output_throughput"] == spread(runs)["output_throughput"] >= 0
     # The saved measurement rebuilds the same medians and spread (resume, a lost store).
@@ -57,7 +57,7 @@ def test_a_judged_run_stops_early_and_keeps_what_it_finished(tmp_path: Path) -> 
     assert m.status == TrialStatus.PRUNED and m.reason == "dominated (test)" and not m.ok
     assert m.summary is not None and 6 <= m.summary.completed < len(REQUESTS)
     assert m.summary.errors == 0  # requests cut short are not errors of the engine
-    assert m.engine["abort"]["kind"] == "pruned"
+    assert m.engine.abort.kind == "pruned"
     data = json.loads((trial / "measurement.json").read_text())
     assert data["status"] == "pruned"
     saved = load_measurement(trial, {})

@@ -17,7 +17,7 @@ from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
-from autotune.store import StudyStore, TrialRecord
+from autotune.store import StudyStore, TrialFacts, TrialRecord
 from autotune.study import Event, Harness, StudyResult, StudyRunner
 
 STUDY = "s"
@@ -48,7 +48,9 @@ class FakeMeasure:
     def ok(self, config: EngineConfig) -> Measurement:
         seqs = int(config.args.get("max_num_seqs", 128))
         summary = self.summary_of(throughput=10.0 * seqs, ttft_p99=20.0 + seqs, tpot_p99=3.0)
-        return Measurement(status="ok", summary=summary, engine={"startup_s": 1.0}, device_s=2.0)
+        return Measurement(
+            status="ok", summary=summary, engine=TrialFacts(startup_s=1.0), device_s=2.0
+        )
 
 
 def run(
