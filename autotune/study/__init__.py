@@ -20,6 +20,7 @@ from autotune.study._harness import (
 from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._opening import SPEC_ATTR, check_warm_start
 from autotune.study._runner import StudyResult, StudyRunner
+from autotune.study._trial import TrialOutcome
 
 __all__ = [
     "SPEC_ATTR",
@@ -35,6 +36,7 @@ __all__ = [
     "StudyResult",
     "StudyRunner",
     "TrialFinished",
+    "TrialOutcome",
     "TrialSkipped",
     "TrialStarted",
     "Tried",

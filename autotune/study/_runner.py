@@ -30,12 +30,12 @@ from autotune.status import TrialStatus
 from autotune.store import StudyStore
 from autotune.study._errors import StudyError
 from autotune.study._events import Event
-from autotune.study._gate import SkipRule, Verdict
+from autotune.study._gate import SkipRule
 from autotune.study._harness import Harness
 from autotune.study._opening import open_study, retry_failed_baseline
 from autotune.study._orphans import settle_orphans
 from autotune.study._record import Recorder
-from autotune.study._trial import NO_SLOT, Outcome, TrialRunner
+from autotune.study._trial import TrialOutcome, TrialRunner
 from autotune.study._worker import end_run, new_run
 
 SKIP_LIMIT_FACTOR = 10  # proposals that are skipped (invalid, duplicate) per trial of budget
@@ -79,18 +79,18 @@ class StudyResult:
         full = statistics.median(self.ok_device_s)
         return max(0.0, self.pruned * full - self.pruned_device_s)
 
-    def add(self, outcome: Outcome) -> bool:
+    def add(self, outcome: TrialOutcome) -> bool:
         """Count one outcome; False where it used none of the skip budget."""
-        if outcome is None or isinstance(outcome, Verdict):
+        if outcome.skipped:
             self.skipped += 1
-            if isinstance(outcome, Verdict) and outcome.rule is not None:
-                self.skips[outcome.rule] = self.skips.get(outcome.rule, 0) + 1
+            rule = outcome.verdict.rule if outcome.verdict is not None else None
+            if rule is not None:
+                self.skips[rule] = self.skips.get(rule, 0) + 1
             return True
-        if outcome is NO_SLOT:
+        m = outcome.measurement
+        if m is None:  # no slot
             return False
-        assert isinstance(outcome, tuple)
-        number, m = outcome
-        self.trial_numbers.append(number)
+        self.trial_numbers.append(outcome.number)
         self.device_s += m.device_s
         if m.status == TrialStatus.PRUNED:
             self.pruned += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +39,28 @@ from autotune.study._record import Recorder
 from autotune.study._reingest import write_trial_record
 from autotune.study._worker import worker_attr
 
-NO_SLOT = "no slot"  # a proposal that found every slot of the budget taken
-# (number, measurement) of a launched trial; the verdict of one the gate kept from launching;
-# None: skipped otherwise (settled meanwhile); NO_SLOT.
-Outcome = tuple[int, Measurement] | Verdict | None | str
 _ASK_LOCK = threading.Lock()  # one `study.ask` at a time in this process
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """How one proposal ended: launched and measured (`measurement`), kept from launching
+    (`verdict`: by the gate or as a twin), settled by another worker meanwhile, or without a
+    slot because other workers filled the budget first (`no_slot`)."""
+
+    number: int
+    measurement: Measurement | None = None
+    verdict: Verdict | None = None
+    no_slot: bool = False
+
+    @property
+    def launched(self) -> bool:
+        return self.measurement is not None
+
+    @property
+    def skipped(self) -> bool:
+        """Kept from launching or settled elsewhere: a proposal that used the skip budget."""
+        return self.measurement is None and not self.no_slot
 
 
 class TrialRunner:
@@ -72,7 +90,7 @@ class TrialRunner:
             lanes=harness.lanes,
         )
 
-    def run_one(self, study: optuna.Study, lane: int) -> Outcome:
+    def run_one(self, study: optuna.Study, lane: int) -> TrialOutcome:
         """Ask for a config and run it."""
         with _ASK_LOCK:
             # Optuna pops a queued trial (the baseline, a retry) by reading then updating its
@@ -83,31 +101,32 @@ class TrialRunner:
             try:
                 self.recorder.worker(trial, self._worker(lane))
             except optuna.exceptions.UpdateFinishedTrialError:
-                return None  # taken for an orphan in the instant before it had a worker
+                # taken for an orphan in the instant before it had a worker
+                return TrialOutcome(trial.number)
             return self._run(study, trial, lane)
 
     def _worker(self, lane: int, devices: str | None = None) -> dict[str, object]:
         return worker_attr(self.run_token, self.harness.host, devices, lane)
 
-    def _run(self, study: optuna.Study, trial: Trial, lane: int) -> Outcome:
+    def _run(self, study: optuna.Study, trial: Trial, lane: int) -> TrialOutcome:
         params = dict(trial.params)
         config = self.harness.engine_config(params)
         description = self.harness.space.describe(params)
         self.recorder.proposed(trial, description, config)
         verdict = self._gate_verdict(study, trial, config)
         if not verdict.launch:
-            return verdict
+            return TrialOutcome(trial.number, verdict=verdict)
         slot = self.slots.claim(trial.number, self.spec.trials)
         if slot is None:
             self.recorder.give_back(study, trial)
-            return NO_SLOT
+            return TrialOutcome(trial.number, no_slot=True)
         twin = self._slot_twin(study, trial)
         if twin is not None:  # another worker claimed the same config at the same moment
             self.slots.release(trial.number)
             reason = f"same config as trial {twin}"
             verdict = Verdict(TrialStatus.DUPLICATE, reason, SkipRule.DUPLICATE)
             self._skip(study, trial, verdict)
-            return verdict
+            return TrialOutcome(trial.number, verdict=verdict)
         trial_dir = layout.trial_dir(self.spec.study_dir, trial.number)
         lease, whole = None, None
         try:
@@ -119,7 +138,7 @@ class TrialRunner:
             verdict = self._memory_verdict(study, trial, config, lease)
             if not verdict.launch:
                 self.slots.release(trial.number)
-                return verdict
+                return TrialOutcome(trial.number, verdict=verdict)
             self.recorder.slot(trial, slot)
             if lease is not None:
                 config = self.harness.engine_config(params, lease)
@@ -151,7 +170,7 @@ class TrialRunner:
         self.recorder.measured(study, trial, measurement, trial_dir)
         self.emit(TrialFinished(trial.number, slot, self.spec.trials, measurement, study))
         self._after(study, trial, measurement, trial_dir)
-        return trial.number, measurement
+        return TrialOutcome(trial.number, measurement)
 
     def _after(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
         """What a recorded measurement means for the study: stop, or queue a repair."""

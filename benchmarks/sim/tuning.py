@@ -115,9 +115,7 @@ class SimMeasure:
         self.clock_s += device_s
         summary = measured_summary(land, raw)
         # The drift's clock is the device time spent (the recorder stores it as measured_at).
-        return Measurement(
-            TrialStatus.OK, summary=summary, device_s=device_s, at_s=self.clock_s
-        )
+        return Measurement(TrialStatus.OK, summary=summary, device_s=device_s, at_s=self.clock_s)
 
 
 def load_profile(landscape: Landscape) -> LoadProfile:

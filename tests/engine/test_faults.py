@@ -66,8 +66,8 @@ def test_engine_killed_mid_benchmark_is_noticed_within_two_seconds(tmp_path: Pat
     assert "SIGKILL" in result.reason
     died_at = float(re.search(r"SIGKILL at ([\d.]+)", log).group(1))  # type: ignore[union-attr]
     noticed = result.engine.abort
-    assert noticed["kind"] == "engine"
-    assert 0 <= noticed["noticed_unix"] - died_at < 2.0
+    assert noticed is not None and noticed.kind == "engine" and noticed.noticed_unix is not None
+    assert 0 <= noticed.noticed_unix - died_at < 2.0
     # Unfinished requests are recorded as errors; the trial folder keeps what was measured.
     lines = (trial / "requests.jsonl").read_text().splitlines()
     assert len(lines) == len(REQUESTS)

@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.bench import Summary
 from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
+from autotune.status import TrialStatus
 from autotune.store import StudyStore
 from autotune.study import (
     Event,
     Harness,
+    SkipRule,
     StudyError,
+    StudyResult,
     StudyRunner,
     TrialFinished,
+    TrialOutcome,
     TrialSkipped,
     TrialStarted,
+    Verdict,
 )
 from study.fakes import (
     KV_SPACE,
@@ -511,3 +518,27 @@ def test_a_metric_that_is_not_finite_is_stored_as_null_and_reads_back_as_nan(
     (trial,) = records(spec)
     assert math.isnan(trial.metric("p99_itl_ms")) and math.isnan(trial.metric("mean_itl_ms"))
     assert trial.metric("output_throughput") > 0
+
+
+def test_each_end_of_a_proposal_counts_where_it_belongs(summary_of: Callable[..., Summary]) -> None:
+    """One outcome type: measured, failed, pruned, kept by the gate, settled elsewhere and
+    without a slot each land in their own count, and only skips use the skip budget."""
+    result = StudyResult("s")
+    ok = Measurement(status="ok", summary=summary_of(throughput=100.0), device_s=10.0)
+    oom = Measurement(status="oom", device_s=3.0)
+    pruned = Measurement(status="pruned", device_s=4.0)
+    kept = Verdict(TrialStatus.PREDICTED_OOM, "as trial 2 or more", SkipRule.OOM_ORDER)
+    used = [
+        result.add(TrialOutcome(1, ok)),
+        result.add(TrialOutcome(2, oom)),
+        result.add(TrialOutcome(3, pruned)),
+        result.add(TrialOutcome(4, verdict=kept)),
+        result.add(TrialOutcome(5)),  # settled by another worker meanwhile
+        result.add(TrialOutcome(6, no_slot=True)),
+    ]
+    assert used == [False, False, False, True, True, False]
+    assert result.trial_numbers == [1, 2, 3]
+    assert (result.measured, result.failed, result.pruned, result.skipped) == (1, 1, 1, 2)
+    assert result.skips == {SkipRule.OOM_ORDER: 1} and result.predicted == 1
+    assert result.device_s == 17.0 and result.failed_device_s == 3.0
+    assert result.ok_device_s == [10.0] and result.pruned_device_s == 4.0
