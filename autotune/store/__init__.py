@@ -1,6 +1,6 @@
 """Where studies and their measured trials live (any Optuna RDB storage)."""
 
-from autotune.store._facts import Abort, Cost, TrialFacts
+from autotune.store._facts import Abort, Cost, TrialFacts, Worker
 from autotune.store._records import (
     CONFIG,
     DESCRIPTION,
@@ -81,6 +81,7 @@ __all__ = [
     "TrialFacts",
     "TrialRecord",
     "TrialSlots",
+    "Worker",
     "default_storage_url",
     "lowest_free",
     "redact",

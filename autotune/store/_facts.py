@@ -1,6 +1,6 @@
-"""What one trial learned about its engine besides the metrics: one typed record.
+"""What one trial learned about its engine besides the metrics, and who ran it: typed records.
 
-`measure` writes it (to `measurement.json` and the trial's `engine` attribute), and `export`,
+`measure` writes the facts (to `measurement.json` and the trial's `engine` attribute), and `export`,
 the dashboard and the study read it by field, never by string key. A stored value is read
 leniently: a field an older version did not write is None, one it wrote that is no longer
 known is ignored.
@@ -9,11 +9,13 @@ known is ignored.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.engine import EngineFacts
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class Abort(BaseModel):
@@ -66,14 +68,45 @@ class TrialFacts(EngineFacts):
     def read(cls, stored: Any) -> TrialFacts:
         """Stored facts (a dict from the store or `measurement.json`); what does not parse
         is left out rather than failing the reader of a whole study."""
-        if not isinstance(stored, dict):
-            return cls()
-        try:
-            return cls.model_validate(stored)
-        except ValidationError as err:
-            bad = {str(e["loc"][0]) for e in err.errors() if e["loc"]}
-            return cls.model_validate({k: v for k, v in stored.items() if k not in bad})
+        return _read(cls, stored)
 
     def stored(self) -> dict[str, Any]:
         """The JSON the store and `measurement.json` keep (unknown fields left out)."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+class Worker(BaseModel):
+    """Who runs (ran) the trial, and on what lease: what another worker reads to tell a dead
+    worker's trial from a live one (`autotune.study._worker`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    host: str | None = Field(default=None, description="the worker's host (its trial folder)")
+    pid: int | None = Field(default=None, description="the tuner's process id on that host")
+    started: float | None = Field(
+        default=None, description="that process's start time (epoch s): a reused pid differs"
+    )
+    run: str | None = Field(default=None, description="the token of the runner in that process")
+    lane: int = Field(default=0, description="the runner's lane (`--parallel`)")
+    devices: str | None = Field(
+        default=None, description="the leased devices (`0,1`); None: the host's cores"
+    )
+
+    @classmethod
+    def read(cls, stored: Any) -> Worker:
+        """A stored worker (lenient as `TrialFacts.read`)."""
+        return _read(cls, stored)
+
+    def stored(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _read(model: type[_M], stored: Any) -> _M:
+    """`stored` as `model`, a field that does not parse left out (not a dict: the empty one)."""
+    if not isinstance(stored, dict):
+        return model()
+    try:
+        return model.model_validate(stored)
+    except ValidationError as err:
+        bad = {str(e["loc"][0]) for e in err.errors() if e["loc"]}
+        return model.model_validate({k: v for k, v in stored.items() if k not in bad})

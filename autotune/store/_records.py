@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, Field
 
 from autotune.status import TrialStatus
-from autotune.store._facts import TrialFacts
+from autotune.store._facts import TrialFacts, Worker
 
 # Trial user-attribute keys: one place spells them.
 STATUS = "status"
@@ -32,7 +32,7 @@ LOG_TAIL = "log_tail"
 DESCRIPTION = "description"
 REPAIR_OF = "repair_of"  # the OOM trial a repair trial retries
 REQUEUED = "requeued"  # set on a trial queued again after an interruption
-WORKER = "worker"  # who runs the trial: host, pid, devices (see autotune.study._worker)
+WORKER = "worker"  # who runs the trial: a `Worker` (see autotune.study._worker)
 SLOT = "slot"  # its place in the trial budget (1..trials)
 SPREAD = "spread"  # metric -> half the range over the trial's repeated runs
 MEASURED_AT = "measured_at"  # when its benchmark ended (epoch s); the drift reads its middle
@@ -68,7 +68,7 @@ class TrialRecord(BaseModel):
     log_tail: str = ""
     repair_of: int | None = None
     slot: int | None = None
-    worker: dict[str, Any] = Field(default_factory=dict)
+    worker: Worker = Field(default_factory=Worker)
     spread: dict[str, float] = Field(default_factory=dict)
     measured_at: float | None = None
     remeasure_of: int | None = None
@@ -116,7 +116,7 @@ class TrialRecord(BaseModel):
             log_tail=attrs.get(LOG_TAIL, ""),
             repair_of=attrs.get(REPAIR_OF),
             slot=attrs.get(SLOT),
-            worker=attrs.get(WORKER) or {},
+            worker=Worker.read(attrs.get(WORKER)),
             spread=attrs.get(SPREAD) or {},
             measured_at=attrs.get(MEASURED_AT),
             remeasure_of=attrs.get(REMEASURE_OF),

@@ -20,7 +20,7 @@ from autotune import layout
 from autotune import store as keys
 from autotune.engine import reap_stale_engine
 from autotune.measure import load_measurement
-from autotune.store import StudyStore, TrialSlots
+from autotune.store import StudyStore, TrialSlots, Worker
 from autotune.study._harness import Harness
 from autotune.study._record import Recorder
 from autotune.study._worker import is_dead_here, is_here
@@ -41,7 +41,8 @@ def settle_orphans(
         return
     stale = store.stale_trial_ids(study)
     for trial in running:
-        worker = trial.user_attrs.get(keys.WORKER)
+        stored = trial.user_attrs.get(keys.WORKER)
+        worker = None if stored is None else Worker.read(stored)
         if worker is None:
             # Asked an instant ago by a worker about to record itself, or left by an older
             # version: only the second is old.

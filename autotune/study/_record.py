@@ -14,7 +14,6 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
@@ -29,7 +28,7 @@ from autotune.selection import BASIS_ATTR, SLOS_ATTR
 from autotune.space import SearchSpace, repair
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
-from autotune.store import StorageError, StudyStore, storage_errors
+from autotune.store import StorageError, StudyStore, Worker, storage_errors
 from autotune.study._errors import StudyError
 from autotune.study._gate import Verdict
 from autotune.study._slos import StudyBounds
@@ -55,15 +54,15 @@ class Recorder:
         trial.set_user_attr(keys.CONFIG, to_yaml_dict(config))
         trial.set_user_attr(keys.ENV, config.env)
 
-    def worker(self, trial: Trial, worker: dict[str, Any]) -> None:
+    def worker(self, trial: Trial, worker: Worker) -> None:
         """Who runs the trial (raises UpdateFinishedTrialError if it was settled meanwhile)."""
-        trial.set_user_attr(keys.WORKER, worker)
+        trial.set_user_attr(keys.WORKER, worker.stored())
 
-    def leased(self, trial: Trial, lease_env: dict[str, str], worker: dict[str, Any]) -> None:
+    def leased(self, trial: Trial, lease_env: dict[str, str], worker: Worker) -> None:
         """The trial runs on leased devices: the env that shows only them (kept apart from the
         config's env, which is what an export deploys), and its worker."""
         trial.set_user_attr(keys.LEASE_ENV, lease_env)
-        trial.set_user_attr(keys.WORKER, worker)
+        trial.set_user_attr(keys.WORKER, worker.stored())
 
     def slot(self, trial: Trial, slot: int) -> None:
         trial.set_user_attr(keys.SLOT, slot)

@@ -29,7 +29,7 @@ from autotune.search import queue_remeasure, remeasure_on
 from autotune.selection import pareto_front
 from autotune.space import ModelInfo, SearchSpace, SpaceError
 from autotune.status import TrialStatus
-from autotune.store import StudyStore, TrialFacts, TrialRecord, TrialSlots
+from autotune.store import StudyStore, TrialFacts, TrialRecord, TrialSlots, Worker
 from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
 from autotune.study._gate import LAUNCH, Gate, Proposal, SkipRule, Verdict
@@ -105,7 +105,7 @@ class TrialRunner:
                 return TrialOutcome(trial.number)
             return self._run(study, trial, lane)
 
-    def _worker(self, lane: int, devices: str | None = None) -> dict[str, object]:
+    def _worker(self, lane: int, devices: str | None = None) -> Worker:
         return worker_attr(self.run_token, self.harness.host, devices, lane)
 
     def _run(self, study: optuna.Study, trial: Trial, lane: int) -> TrialOutcome:

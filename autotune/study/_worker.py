@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from typing import Any
 
 import psutil
+
+from autotune.store import Worker
 
 _live_runs: set[str] = set()
 _lock = threading.Lock()
@@ -34,36 +35,28 @@ def end_run(token: str) -> None:
         _live_runs.discard(token)
 
 
-def worker_attr(run: str, host: str, devices: str | None = None, lane: int = 0) -> dict[str, Any]:
+def worker_attr(run: str, host: str, devices: str | None = None, lane: int = 0) -> Worker:
     """The record of this worker on `host`: what `is_dead_here` reads back."""
     pid = os.getpid()
-    return {
-        "host": host,
-        "pid": pid,
-        "started": _started(pid),
-        "run": run,
-        "lane": lane,
-        "devices": devices,
-    }
+    return Worker(host=host, pid=pid, started=_started(pid), run=run, lane=lane, devices=devices)
 
 
-def is_here(worker: Any, host: str) -> bool:
+def is_here(worker: Worker, host: str) -> bool:
     """Whether the worker ran on `host` (its trial folder and engine are there)."""
-    return isinstance(worker, dict) and worker.get("host") == host
+    return worker.host == host
 
 
-def is_dead_here(worker: Any, host: str) -> bool:
+def is_dead_here(worker: Worker, host: str) -> bool:
     """Whether the worker ran on `host`, this one, and is gone."""
     if not is_here(worker, host):
         return False
-    pid = worker.get("pid")
-    if not isinstance(pid, int):
+    if worker.pid is None:
         return True
-    if pid == os.getpid():
+    if worker.pid == os.getpid():
         with _lock:
-            return worker.get("run") not in _live_runs
-    started = _started(pid)
-    return started is None or started != worker.get("started")
+            return worker.run not in _live_runs
+    started = _started(worker.pid)
+    return started is None or started != worker.started
 
 
 def _started(pid: int) -> float | None:

@@ -77,7 +77,7 @@ def test_two_workers_run_exactly_the_budget_between_them(
     assert len(trials) == 6 and all(t.status == "ok" for t in trials)
     assert sorted(t.slot for t in trials) == [1, 2, 3, 4, 5, 6]
     hosts = ("machine-a", "machine-b")
-    by_host = {h: {t.number for t in trials if t.worker["host"] == h} for h in hosts}
+    by_host = {h: {t.number for t in trials if t.worker.host == h} for h in hosts}
     assert by_host["machine-a"] and by_host["machine-b"], by_host  # both worked
     assert by_host["machine-a"] == trial_dirs(root_a, "w")  # each trial ran on one machine
     assert by_host["machine-b"] == trial_dirs(root_b, "w")
@@ -85,7 +85,7 @@ def test_two_workers_run_exactly_the_budget_between_them(
     fresh = [t for t in trials if t.role != "remeasure"]
     assert len({tuple(sorted(t.params.items())) for t in fresh}) == len(fresh)
     assert all(t.remeasure_of is not None for t in trials if t.role == "remeasure")
-    assert all(t.worker["pid"] and "devices" in t.worker for t in trials)
+    assert all(t.worker.pid for t in trials)
     assert processes_mentioning(str(tmp_path)) == []
 
 
@@ -115,7 +115,7 @@ def test_a_killed_workers_trial_is_recovered_by_the_other(
     runs = launched(pg, "k")
     assert len(runs) == 4 and all(t.status == "ok" for t in runs)
     retried = [t for t in runs if t.params == trials[killed].params]
-    assert [t.worker["host"] for t in retried] == ["machine-a"]  # run again, once, elsewhere
+    assert [t.worker.host for t in retried] == ["machine-a"]  # run again, once, elsewhere
     assert sorted(t.slot for t in runs) == [1, 2, 3, 4]
     deadline = time.monotonic() + 20  # the killed worker's engine died with it
     while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
@@ -163,7 +163,7 @@ def test_tune_parallel_runs_trials_side_by_side_and_records_their_cores(
     assert len(trials) == 4 and all(t.status == "ok" for t in trials)
     binds = {t.lease_env["VLLM_CPU_OMP_THREADS_BIND"] for t in trials}
     assert len(binds) == 2  # the two lanes' disjoint core sets
-    assert {t.worker["devices"] for t in trials} == {"0", "1"}
+    assert {t.worker.devices for t in trials} == {"0", "1"}
     assert all(not t.env for t in trials)  # the space sets no env: the lease is not the config's
     assert processes_mentioning(str(tmp_path)) == []
     # The deployed config runs on whatever cores its server gets, not on one lane's lease.

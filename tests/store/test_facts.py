@@ -1,10 +1,10 @@
-"""A trial's facts: typed, stored as JSON without the unknowns, read back leniently."""
+"""A trial's facts and worker: typed, stored as JSON, read back leniently."""
 
 from __future__ import annotations
 
 import json
 
-from autotune.store import Abort, Cost, TrialFacts
+from autotune.store import Abort, Cost, TrialFacts, Worker
 
 
 def test_facts_round_trip_through_json_without_the_unknowns() -> None:
@@ -37,8 +37,15 @@ def test_every_fact_says_what_it_is() -> None:
     # The nested ones (cost, abort) are models whose own fields say it.
     undocumented = [
         f"{model.__name__}.{name}"
-        for model in (TrialFacts, Cost, Abort)
+        for model in (TrialFacts, Cost, Abort, Worker)
         for name, field in model.model_fields.items()
         if not field.description and name not in ("cost", "abort", "reason")
     ]
     assert undocumented == []
+
+
+def test_a_stored_worker_reads_back_and_a_damaged_one_keeps_what_parses() -> None:
+    worker = Worker(host="node-1", pid=4242, started=1.7e9, run="ab12", lane=1, devices="0,1")
+    assert Worker.read(json.loads(json.dumps(worker.stored()))) == worker
+    assert Worker.read({"host": "node-1", "pid": "not a pid"}) == Worker(host="node-1")
+    assert Worker.read(None) == Worker()

@@ -71,7 +71,7 @@ def gone_worker() -> dict[str, Any]:
 
     token = new_run()
     end_run(token)
-    return worker_attr(token, socket.gethostname())
+    return worker_attr(token, socket.gethostname()).stored()
 
 
 def records(spec: TuneSpec) -> list[TrialRecord]:

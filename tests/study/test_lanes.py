@@ -42,7 +42,7 @@ def test_two_lanes_run_the_exact_budget_on_disjoint_devices(
         assert len(devices) == config.args["tensor_parallel_size"]
     slots = sorted(t.slot for t in launched(trials))
     assert slots == list(range(1, 9))
-    assert all(t.worker["devices"] for t in launched(trials))
+    assert all(t.worker.devices for t in launched(trials))
     assert pool.free == [0, 1, 2]  # every lease given back
 
 
@@ -85,7 +85,7 @@ def test_two_runners_share_one_budget_without_duplicates(
     # One host: the two runners take turns on its cores (autotune.devices._hostlock), as two
     # tuners on one machine do; runners on two machines would overlap.
     assert first.most_at_once == 1
-    assert {t.worker["run"] for t in launched(trials)} == {r.run_token for r in runners}
+    assert {t.worker.run for t in launched(trials)} == {r.run_token for r in runners}
 
 
 def test_a_dead_workers_trial_is_recovered_once_its_heartbeat_is_stale(
@@ -98,8 +98,8 @@ def test_a_dead_workers_trial_is_recovered_once_its_heartbeat_is_stale(
     )
     left = study.ask(space.distributions())  # a worker on another machine that died
     store.rdb.record_heartbeat(left._trial_id)
-    elsewhere = {**worker_attr("gone", HOST), "host": "other-machine"}
-    left.set_user_attr("worker", elsewhere)
+    elsewhere = worker_attr("gone", HOST).model_copy(update={"host": "other-machine"})
+    left.set_user_attr("worker", elsewhere.stored())
     store.slots(study).claim(left.number, budget=2)
 
     store.rdb.grace_period = 1
@@ -121,7 +121,7 @@ def test_a_live_workers_trial_is_waited_for_not_taken(
     )
     busy = study.ask(space.distributions())
     token = new_run()
-    busy.set_user_attr("worker", worker_attr(token, HOST))
+    busy.set_user_attr("worker", worker_attr(token, HOST).stored())
     store.slots(study).claim(busy.number, budget=1)
 
     def finish_later() -> None:
@@ -177,10 +177,12 @@ def test_worker_identity_tells_a_dead_process_from_a_live_one() -> None:
     assert not is_dead_here(mine, HOST)
     end_run(token)
     assert is_dead_here(mine, HOST)  # this process, but its run has ended
-    assert not is_dead_here({**mine, "host": "other-machine"}, HOST)  # not ours to judge
-    gone = {**worker_attr("x", HOST), "pid": _dead_pid()}
+    elsewhere = mine.model_copy(update={"host": "other-machine"})
+    assert not is_dead_here(elsewhere, HOST)  # not ours to judge
+    gone = worker_attr("x", HOST).model_copy(update={"pid": _dead_pid()})
     assert is_dead_here(gone, HOST)
-    reused = {**worker_attr("x", HOST), "pid": 1}  # a live process (init), started long before
+    # A live process (init), started long before.
+    reused = worker_attr("x", HOST).model_copy(update={"pid": 1})
     assert is_dead_here(reused, HOST)
 
 
