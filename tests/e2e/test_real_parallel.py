@@ -1,7 +1,11 @@
-"""Two real vLLM CPU trials side by side, on disjoint cores, stored in PostgreSQL.
+"""Two real vLLM CPU trials side by side, on disjoint cores, stored in PostgreSQL, then the
+confirm step on the real engine.
 
-Two engine starts, at the same time: `autotune tune --parallel 2` splits this host's cores into
-two slots, each engine binds its worker to its own slot, and both are torn down.
+Four engine starts: `autotune tune --parallel 2` splits this host's cores into two slots, each
+engine binds its worker to its own slot, and both are torn down; then `--confirm 1
+--confirm-rounds 1` measures the other trial's config and the baseline again, one after the
+other, each on a fresh engine on a core slot as the trials were, and stores a verdict that
+`export` follows. One round gives no interval, so the verdict must say so and crown no gain.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ def pg() -> Iterator[str]:
         yield url
 
 
-@pytest.mark.starts(2)
-def test_two_parallel_cpu_trials_on_disjoint_cores(
+@pytest.mark.starts(4)
+def test_two_parallel_cpu_trials_on_disjoint_cores_then_the_confirm_step(
     tiny_model: Path, tmp_path: Path, pg: str
 ) -> None:
     root = tmp_path / "studies"
@@ -40,7 +44,7 @@ def test_two_parallel_cpu_trials_on_disjoint_cores(
         *AUTOTUNE, "tune", "--study", "par", "--model", str(tiny_model),
         "--space", "cpu-quick", "--workload", "random:input=64,output=16,prompts=16",
         "--concurrency", "4", "--trials", "2", "--parallel", "2", "--root", str(root),
-        "--storage", pg, "--seed", "3",
+        "--storage", pg, "--seed", "3", "--confirm", "1", "--confirm-rounds", "1",
     ]  # fmt: skip
     out = subprocess.run(
         argv, capture_output=True, text=True, timeout=900, cwd=REPO, env=engine_env(tmp_path)
@@ -59,4 +63,27 @@ def test_two_parallel_cpu_trials_on_disjoint_cores(
     (a_start, a_end), (b_start, b_end) = spans
     assert a_start and a_end and b_start and b_end
     assert a_start < b_end and b_start < a_end, spans
+
+    # The confirm step: both configs again on fresh engines, each bound to a core slot.
+    confirmed = StudyStore(pg, create=False).study_attrs("par")["confirm"]
+    assert sorted(confirmed["order"][0]) == [0, 1], confirmed
+    statuses = {n: c["statuses"] for n, c in confirmed["candidates"].items()}
+    assert statuses == {"0": ["ok"], "1": ["ok"]}, confirmed
+    folders = sorted((root / "par" / "confirm").glob("*/round-0/trial-*"))
+    assert len(folders) == 2
+    for folder in folders:
+        bind = (folder / "engine.env").read_text()
+        assert "VLLM_CPU_OMP_THREADS_BIND=" in bind, bind
+    verdict = confirmed["gain"]["verdict"]
+    assert "only 1 paired round: no interval" in verdict and confirmed["winner"] == 0, verdict
+    assert f"verdict: {verdict}" in " ".join(out.stdout.split())  # as the console wrapped it
+    best = tmp_path / "best.yaml"
+    exported = subprocess.run(
+        [*AUTOTUNE, "export", "par", "--root", str(root), "--storage", pg, "-o", str(best)],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env=engine_env(tmp_path),
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
+    assert "(trial 0, confirmed winner" in exported.stdout and f"verdict: {verdict}" in (
+        best.read_text()
+    )
     assert processes_mentioning(str(root)) == []
