@@ -5,12 +5,20 @@ The table (Atlas A2 / A3 hosts, npu-smi 24-26) gives per chip two rows,
 `| Chip [Phy-ID] | Bus-Id | AICore(%) Memory-Usage(MB) HBM-Usage(MB) |`, then a process table
 `| NPU  Chip | Process id | Process name | Process memory(MB) [| Process id in container] |` in
 which an idle NPU has the line `No running processes found in NPU N`.
+
+npu-smi numbers NPUs as the host does, the CANN runtime as the process sees them: in a
+container given host NPUs 3-7, npu-smi lists 3-7 while `ASCEND_RT_VISIBLE_DEVICES` and
+`torch.npu.set_device` take 0-4, the place of each in the container's listing (vllm-ascend
+PR #16256, issue #16309). Each chip therefore gets its runtime id (`NpuDevice.id`): its place
+in the listing by (NPU, chip); processes are named by it too (`npu:ID`), so that what the pool
+leases, what the busy check reads and what the runtime opens are one numbering. On a whole
+host the two agree (A2: the NPU id).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autotune.devices._records import MIB, DeviceMemory, DeviceProcess, SmiParseError
 
@@ -24,7 +32,8 @@ _IDLE = re.compile(r"No running processes found in NPU\s+(\d+)")
 
 @dataclass(frozen=True)
 class NpuDevice:
-    """One NPU chip: `npu` and `chip` as npu-smi numbers them, HBM in bytes.
+    """One NPU chip: `npu` and `chip` as npu-smi numbers them, HBM in bytes; `id` as the CANN
+    runtime numbers it (`ASCEND_RT_VISIBLE_DEVICES`): its place in the listing.
 
     On Atlas A3 each NPU has two chips and `phy_id` is the chip's physical id; on A2 there is one
     chip (0) and no `phy_id`. Cards without an HBM column report their Memory-Usage instead.
@@ -38,10 +47,15 @@ class NpuDevice:
     hbm_total_bytes: int
     hbm_used_bytes: int
     phy_id: int | None = None
+    logical: int | None = None  # set by `parse_npu_smi_info`: the place in the listing
+
+    @property
+    def id(self) -> int:
+        return self.npu if self.logical is None else self.logical
 
     @property
     def device(self) -> str:
-        return f"npu:{self.npu}"
+        return f"npu:{self.id}"
 
     def memory(self) -> DeviceMemory:
         free = self.hbm_total_bytes - self.hbm_used_bytes
@@ -50,7 +64,8 @@ class NpuDevice:
 
 @dataclass(frozen=True)
 class NpuSmiInfo:
-    """The parsed `npu-smi info`: chips, processes (device `npu:ID`), NPUs reported idle."""
+    """The parsed `npu-smi info`: chips in (NPU, chip) order, processes (device `npu:ID`, the
+    chip's runtime id), NPUs reported idle (as npu-smi numbers them)."""
 
     devices: list[NpuDevice] = field(default_factory=list)
     processes: list[DeviceProcess] = field(default_factory=list)
@@ -63,6 +78,7 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
     in_processes = False
     has_container_pid = False
     pending: tuple[int, str, str] | None = None  # the NPU row waiting for its chip row
+    rows: list[tuple[int, int, DeviceProcess]] = []  # (npu, chip, process) as npu-smi says
     for line in text.splitlines():
         cells = _cells(line)
         if not cells:
@@ -71,7 +87,7 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
             in_processes = True
             has_container_pid = "in container" in line
         elif in_processes:
-            _process_row(cells, has_container_pid, info)
+            _process_row(cells, has_container_pid, info, rows)
         elif (match := _NPU_ROW.match(cells[0])) and len(cells) >= 2:
             pending = (int(match[1]), match[2], cells[1])
         elif pending and (match := _CHIP_ROW.match(cells[0])) and len(cells) >= 3:
@@ -79,7 +95,13 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
             pending = None
     if not info.devices:
         raise SmiParseError("npu-smi info lists no NPU")
-    return info
+    chips = sorted(info.devices, key=lambda d: (d.npu, d.chip))
+    ids = {(d.npu, d.chip): k for k, d in enumerate(chips)}
+    return NpuSmiInfo(
+        devices=[replace(d, logical=ids[d.npu, d.chip]) for d in chips],
+        processes=[replace(p, device=f"npu:{ids.get((npu, chip), npu)}") for npu, chip, p in rows],
+        idle_npus=info.idle_npus,
+    )
 
 
 def _cells(line: str) -> list[str]:
@@ -108,7 +130,12 @@ def _device(npu_row: tuple[int, str, str], chip: re.Match[str], cells: list[str]
     )
 
 
-def _process_row(cells: list[str], has_container_pid: bool, info: NpuSmiInfo) -> None:
+def _process_row(
+    cells: list[str],
+    has_container_pid: bool,
+    info: NpuSmiInfo,
+    rows: list[tuple[int, int, DeviceProcess]],
+) -> None:
     if idle := _IDLE.search(cells[0]):
         info.idle_npus.append(int(idle[1]))
         return
@@ -123,21 +150,6 @@ def _process_row(cells: list[str], has_container_pid: bool, info: NpuSmiInfo) ->
     container_pid = None
     if has_container_pid and len(cells) >= 5 and cells[4].isdigit():
         container_pid = int(cells[4])
-    info.processes.append(
-        DeviceProcess(
-            device=f"npu:{ids[1]}",
-            pid=pid,
-            used_bytes=used_bytes,
-            name=cells[2],
-            container_pid=container_pid,
-        )
-    )
-
-
-def logical_chips(devices: list[NpuDevice]) -> list[tuple[int, NpuDevice]]:
-    """(logical id, chip) in listing order: the NPU id where each NPU has one chip (A2), the
-    chip's place in the listing where NPUs have several (A3): what ASCEND_RT_VISIBLE_DEVICES
-    takes, and how the device pool numbers them."""
-    chips = sorted(devices, key=lambda d: (d.npu, d.chip))
-    one_chip_each = len({d.npu for d in chips}) == len(chips)
-    return [(d.npu if one_chip_each else k, d) for k, d in enumerate(chips)]
+    npu, chip = int(ids[1]), int(ids[2] or 0)
+    process = DeviceProcess(f"npu:{npu}", pid, used_bytes, cells[2], container_pid)
+    rows.append((npu, chip, process))

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from autotune.devices._ascend import NPU_SMI_INFO, logical_chips, parse_npu_smi_info
+from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
 from autotune.devices._cpu import cpu_memory
 from autotune.devices._inventory import Device, DeviceError, DeviceKind, Inventory
 from autotune.devices._numa import (
@@ -26,7 +26,13 @@ from autotune.devices._numa import (
 from autotune.devices._nvidia import NVIDIA_GPU_QUERY, parse_nvidia_gpus
 from autotune.devices._records import SmiParseError
 from autotune.devices._release import Runner, run_tool
-from autotune.devices._topology import NPU_SMI_TOPO, NVIDIA_TOPO, Topology, parse_topology
+from autotune.devices._topology import (
+    NPU_SMI_TOPO,
+    NVIDIA_TOPO,
+    Topology,
+    parse_topology,
+    renumbered,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,17 +81,24 @@ def discover(
 
 
 def _ascend_inventory(run: Runner, root: Path) -> Inventory:
-    chips = logical_chips(parse_npu_smi_info(run(list(NPU_SMI_INFO))).devices)
-    # One chip per NPU (A2): the NPU id is the logical id. Several (A3): logical ids follow the
-    # listing, and the topology matrix, which names NPUs, does not map onto chips: it is not used.
-    one_chip_each = len({chip.npu for _, chip in chips}) == len(chips)
-    topology = _topology(run, NPU_SMI_TOPO) if one_chip_each else None
+    chips = parse_npu_smi_info(run(list(NPU_SMI_INFO))).devices
+    # Ids are the runtime's (`NpuDevice.id`): in a container given host NPUs 4-7 they are 0-3,
+    # and the name says which NPU npu-smi shows. One chip per NPU (A2): the topology matrix,
+    # which names NPUs as npu-smi does, is renumbered to match. Several (A3): the matrix names
+    # NPUs, not chips: it is not used.
+    one_chip_each = len({chip.npu for chip in chips}) == len(chips)
+    topology = None
+    if one_chip_each and (matrix := _topology(run, NPU_SMI_TOPO)) is not None:
+        topology = renumbered(matrix, {chip.npu: chip.id for chip in chips})
     nodes = numa_cpus(root)
     devices = []
-    for device_id, chip in chips:
-        name = chip.name if one_chip_each else f"{chip.name} (NPU {chip.npu} chip {chip.chip})"
+    for chip in chips:
+        if not one_chip_each:
+            name = f"{chip.name} (NPU {chip.npu} chip {chip.chip})"
+        else:
+            name = chip.name if chip.id == chip.npu else f"{chip.name} (npu-smi NPU {chip.npu})"
         memory = (chip.hbm_total_bytes, chip.hbm_used_bytes)
-        devices.append(_accelerator(device_id, name, "npu", memory, topology, nodes))
+        devices.append(_accelerator(chip.id, name, "npu", memory, topology, nodes))
     return Inventory("ascend", devices, topology)
 
 

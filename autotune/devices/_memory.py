@@ -7,7 +7,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from autotune.devices._ascend import NPU_SMI_INFO, logical_chips, parse_npu_smi_info
+from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
 from autotune.devices._cpu import cpu_memory
 from autotune.devices._nvidia import (
     NVIDIA_COMPUTE_CAP_QUERY,
@@ -91,9 +91,9 @@ def _gpus(run: Runner) -> dict[int, DeviceMemory | None]:
 
 
 def _npus(run: Runner) -> dict[int, DeviceMemory | None]:
-    """By the pool's ids (`logical_chips`)."""
+    """By the pool's ids (the runtime's, `NpuDevice.id`)."""
     devices = parse_npu_smi_info(_output(run, list(NPU_SMI_INFO))).devices
-    return {i: d.memory() for i, d in logical_chips(devices)}
+    return {d.id: d.memory() for d in devices}
 
 
 def _output(run: Runner, argv: list[str]) -> str:

@@ -16,7 +16,8 @@ class DeviceMemory:
     """Memory of one device, in bytes.
 
     `device` names it the way the tuner does: `cpu:node0`, `cuda:0` (the index nvidia-smi
-    shows, not one relative to CUDA_VISIBLE_DEVICES), `npu:3` (the NPU id npu-smi shows).
+    shows, not one relative to CUDA_VISIBLE_DEVICES), `npu:3` (the CANN runtime's id: npu-smi's
+    on a whole host, the place in the listing in a container; see `_ascend.py`).
     """
 
     device: str

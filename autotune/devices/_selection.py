@@ -98,8 +98,9 @@ def discover_selected(
 
 def inherited(inventory: Inventory, env: Mapping[str, str]) -> tuple[Inventory, str]:
     """The devices of `inventory` that the selection in `env` allows (`CUDA_VISIBLE_DEVICES`
-    on a GPU host, `ASCEND_RT_VISIBLE_DEVICES` on an NPU host: ids as nvidia-smi and npu-smi
-    show them, which the leases' own variable uses too), said in one line; and where the
+    on a GPU host, `ASCEND_RT_VISIBLE_DEVICES` on an NPU host: the ids the variable takes, which
+    the leases' own variable uses too: nvidia-smi's indices, the CANN runtime's NPU ids, which
+    in a container differ from npu-smi's), said in one line; and where the
     devices are, for an error line. Without the variable: the inventory as it is. Raises
     DeviceError for an empty selection, one that is not a list of ids, or an id the host
     lacks."""
@@ -117,7 +118,7 @@ def inherited(inventory: Inventory, env: Mapping[str, str]) -> tuple[Inventory, 
         raise DeviceError(
             f"{name}={text!r}: expected distinct device ids such as 4,5,6,7 (UUIDs and MIG "
             "names are not read here: unset it and give --devices with the ids "
-            f"{'nvidia-smi' if inventory.platform == 'cuda' else 'npu-smi'} shows)"
+            "`autotune devices` lists)"
         )
     limited = select_devices(inventory, [int(item) for item in items])
     shown = format_device_list(limited.ids)

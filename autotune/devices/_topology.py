@@ -66,6 +66,20 @@ class Topology:
         return "X" if a == b else self.links.get((a, b))
 
 
+def renumbered(topology: Topology, ids: dict[int, int]) -> Topology:
+    """`topology` with device `a` called `ids[a]` (the tool's numbering to the runtime's);
+    a device `ids` does not name is left out."""
+    return Topology(
+        links={
+            (ids[a], ids[b]): link
+            for (a, b), link in topology.links.items()
+            if {a, b} <= ids.keys()
+        },
+        cpu_affinity={ids[a]: v for a, v in topology.cpu_affinity.items() if a in ids},
+        numa_affinity={ids[a]: v for a, v in topology.numa_affinity.items() if a in ids},
+    )
+
+
 def parse_topology(text: str) -> Topology:
     """Parse a `nvidia-smi topo -m` or `npu-smi info -t topo` matrix.
 

@@ -26,6 +26,7 @@ def test_a2_host_with_one_process(smi_text: Callable[[str], str]) -> None:
         bus_id="0000:81:00.0",
         hbm_total_bytes=65536 * MIB,
         hbm_used_bytes=41052 * MIB,  # printed `41052/ 65536`, without the space
+        logical=2,  # a whole host: the runtime's id is the NPU's
     )
     assert info.devices[2].memory() == DeviceMemory("npu:2", 65536 * MIB, (65536 - 41052) * MIB)
     assert info.processes == [DeviceProcess("npu:2", 1333928, 37709 * MIB, name="")]
@@ -48,9 +49,15 @@ def test_a3_host_two_chips_per_npu(smi_text: Callable[[str], str]) -> None:
     assert info.devices[1].health == "OK"  # chip 1's row prints its power as `-`
     assert info.devices[1].hbm_used_bytes == 52948 * MIB
     assert len(info.processes) == 14
-    assert {p.device for p in info.processes} == {"npu:0", "npu:1", "npu:6", "npu:7"}
+    # Processes are named by the chip's runtime id, as the pool leases it: NPU 6 chip 1 is 13.
+    assert [d.id for d in info.devices] == list(range(16))
+    held = {p.device for p in info.processes}
+    assert held == {f"npu:{k}" for k in (0, 1, 2, 3, 12, 13, 14, 15)}
     # One TP worker shows up on both chips of NPU 0.
-    assert [p.used_bytes for p in info.processes if p.pid == 3328327] == [133 * MIB, 50119 * MIB]
+    assert [(p.device, p.used_bytes) for p in info.processes if p.pid == 3328327] == [
+        ("npu:0", 133 * MIB),
+        ("npu:1", 50119 * MIB),
+    ]
     assert info.idle_npus == [2, 3, 4, 5]
 
 

@@ -133,8 +133,10 @@ def test_ascend_waits_until_the_process_is_gone(
 
 def test_ascend_a3_devices_and_timeout(smi_text: Callable[[str], str], clock: Clock) -> None:
     run = Replay({NPU_SMI_INFO: [smi_text("npu_smi_a3_ascend910_x8_processes.txt")]})
+    # Named by the runtime's chip ids: NPU 6 and 7, two chips each, are 12-15.
+    chips_6_7 = ["npu:12", "npu:13", "npu:14", "npu:15"]
     on_6_7 = wait_released(
-        "ascend", ENGINE_A3_NPU01, ["npu:6", "npu:7"], 5.0, run=run, clock=clock, sleep=clock.sleep
+        "ascend", ENGINE_A3_NPU01, chips_6_7, 5.0, run=run, clock=clock, sleep=clock.sleep
     )
     assert on_6_7 == ReleaseResult(released=True, waited_s=0.0)
     anywhere = wait_released(
@@ -142,7 +144,7 @@ def test_ascend_a3_devices_and_timeout(smi_text: Callable[[str], str], clock: Cl
     )
     assert not anywhere.released
     assert len(anywhere.holders) == 7
-    assert {p.device for p in anywhere.holders} == {"npu:0", "npu:1"}
+    assert {p.device for p in anywhere.holders} == {"npu:0", "npu:1", "npu:2", "npu:3"}
 
 
 def test_ascend_matches_pids_inside_a_container(
