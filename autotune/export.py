@@ -124,6 +124,9 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
         f"vllm-autotune: study {study!r}, trial {trial.number} ({how})",
         f"config: {trial.description}" if trial.description else "",
         "BASELINE: vLLM's defaults as the study ran them" if trial.role == "baseline" else "",
+        f"vLLM's batch defaults here: {attrs['baseline_defaults']}"
+        if attrs.get("baseline_defaults")
+        else "",
         f"measured: {m('output_throughput'):,.0f} output tok/s, {m('request_throughput'):.2f} req/s"
         f", TTFT p50/p99 {m('p50_ttft_ms'):.1f}/{m('p99_ttft_ms'):.1f} ms"
         f", TPOT p50/p99 {m('p50_tpot_ms'):.2f}/{m('p99_tpot_ms'):.2f} ms"

@@ -16,6 +16,7 @@ from autotune.space._host import (
     HostFacts,
     host_problem,
     restrict_to_host,
+    with_vllm_defaults,
 )
 from autotune.space._loader import list_spaces, load_space
 from autotune.space._memory import (
@@ -69,4 +70,5 @@ __all__ = [
     "repair",
     "restrict_to_host",
     "weights_bytes",
+    "with_vllm_defaults",
 ]

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engine import ascend_option_problems
+from autotune.space._defaults import Device, baseline_world_size, batch_defaults, describe
 from autotune.space._errors import SpaceError
-from autotune.space._params import CategoricalParam, format_value
+from autotune.space._params import CategoricalParam, IntParam, format_value
 from autotune.space._space import SearchSpace
 
 FP8_CPU_FLAGS = ("avx512f", "amx_tile")
@@ -45,6 +46,8 @@ class HostFacts:
     ascend_version: str | None = None  # the installed vllm-ascend (package metadata)
     vllm_options: frozenset[str] | None = None  # the installed vLLM's option names
     vllm_version: str | None = None  # to say which vLLM lacks an option
+    device_name: str | None = None  # the GPU or NPU vLLM's batch defaults depend on
+    device_memory_bytes: int | None = None  # its memory (the smallest of the host's)
 
     @property
     def vllm_name(self) -> str:
@@ -214,3 +217,44 @@ def _restrict(
 
 def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
+
+
+def with_vllm_defaults(
+    space: SearchSpace, host: HostFacts, scenario: str, options: dict[str, Any]
+) -> tuple[SearchSpace, str | None]:
+    """The space with each `baseline: vllm_default` set to what the installed vLLM picks on
+    this host's device (`_defaults.batch_defaults`) for `scenario` and the baseline's world
+    size and performance mode (`options`: the spec's fixed options, over the space's), and
+    one line that says which; (space, None) where no parameter asks. Raises SpaceError when
+    the value falls outside its parameter's range."""
+    marked = [p for p in space.parameters if isinstance(p, IntParam) and p.vllm_default]
+    if not marked:
+        return space, None
+    baseline = {**space.to_engine(space.baseline_params())[0], **options}
+    size = baseline_world_size(baseline, {})
+    device = Device(host.device_name, host.device_memory_bytes)
+    values = batch_defaults(space.platform, device, size, scenario)
+    if baseline.get("performance_mode") == "throughput":
+        values = {k: 2 * v for k, v in values.items()}
+    data = space.model_dump()
+    shown = []
+    for param in marked:
+        value = values[param.target_option or param.name]
+        if not param.contains(value):
+            raise SpaceError(
+                f"{space.label}: parameters.{param.name}: vLLM's default here is {value}, "
+                f"outside [{param.low}, {param.high}]: widen the range"
+            )
+        for raw in data["parameters"]:
+            if raw["name"] == param.name:
+                raw["baseline"] = value
+        shown.append(f"{param.name}={value}")
+    resolved = SearchSpace.model_validate(data)
+    resolved._source = space.source
+    where = "an API server" if scenario != "offline" else "offline (`vllm.LLM`)"
+    what = "the CPU" if space.platform == "cpu" else describe(device)
+    note = (
+        f"baseline {', '.join(shown)}: {host.vllm_name}'s defaults for {what}, {where}, "
+        f"world size {size}"
+    )
+    return resolved, note

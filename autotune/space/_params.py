@@ -190,6 +190,10 @@ class IntParam(_ParamBase):
     step: StrictInt = Field(default=1, ge=1, description="Grid step from `low`")
     log: StrictBool = Field(default=False, description="Sample on a log scale")
     baseline: StrictInt = Field(description="Value of trial 0")
+    vllm_default: StrictBool = Field(
+        default=False,
+        description="The baseline is vLLM's default for the device (`baseline: vllm_default`)",
+    )
 
     def distribution(self) -> BaseDistribution:
         return IntDistribution(self.low, self.high, log=self.log, step=self.step)

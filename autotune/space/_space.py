@@ -20,6 +20,7 @@ from pydantic import (
 
 from autotune.engine import env_name_problem, is_known_option, normalize_option, suggest_option
 from autotune.space._bounds import range_issues
+from autotune.space._defaults import mark_defaults
 from autotune.space._derived import resolve
 from autotune.space._errors import SpaceError
 from autotune.space._params import BoolParam, CategoricalParam, Issue, Parameter, format_value
@@ -90,6 +91,11 @@ class SearchSpace(BaseModel):
         return {
             k: env_string(v) if isinstance(v, bool | int | float) else v for k, v in value.items()
         }
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_defaults(cls, data: Any) -> Any:
+        return mark_defaults(data)  # `baseline: vllm_default` (space/_defaults.py)
 
     @model_validator(mode="after")
     def _check(self) -> SearchSpace:

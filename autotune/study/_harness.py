@@ -37,6 +37,7 @@ from autotune.devices import (
     DevicePool,
     Lease,
     device_memory,
+    discover,
     gpu_compute_capability,
     hold_host,
     plan_lanes,
@@ -51,7 +52,14 @@ from autotune.engine import (
 )
 from autotune.host import cpu_flags
 from autotune.measure import Judge, Measure, Measurement, Workplan, measure
-from autotune.space import HostFacts, SearchSpace, SpaceError, load_space, restrict_to_host
+from autotune.space import (
+    HostFacts,
+    SearchSpace,
+    SpaceError,
+    load_space,
+    restrict_to_host,
+    with_vllm_defaults,
+)
 from autotune.spec import SpecError, TuneSpec
 from autotune.study._errors import difference
 from autotune.study._slos import StudyBounds
@@ -93,6 +101,7 @@ class Harness:
     plan: Workplan | None = None  # the workload (None: a measure that brings its own)
     settings: LaunchSettings | None = None
     slo_bounds: InitVar[StudyBounds | None] = None  # the plan's (None: the spec's, a new one)
+    baseline_note: str | None = None  # which vLLM defaults the baseline took (`vllm_default`)
     bounds: StudyBounds = field(init=False)  # the study's SLO bounds (`_slos`): the spec's, fixed
 
     def __post_init__(self, slo_bounds: StudyBounds | None) -> None:
@@ -188,7 +197,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     workload or the devices the spec asks for are not to be had here."""
     space = load_space(spec.space)
     facts = read_host_facts(space.platform)
-    space = on_this_host(space, facts)
+    space, baseline_note = on_this_host(space, facts, spec.scenario, dict(spec.engine.options))
     _check_options(spec, space, facts)
     try:
         warmup, requests = build_requests(spec.workload, spec.model)
@@ -266,6 +275,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         plan=plan,
         settings=settings,
         slo_bounds=bounds,
+        baseline_note=baseline_note,
     )
 
 
@@ -287,27 +297,56 @@ def _check_options(spec: TuneSpec, space: SearchSpace, host: HostFacts) -> None:
 def read_host_facts(platform: str, root: Path = Path("/")) -> HostFacts:
     """What this host can run, for a space of `platform`: the CPU's flags on a CPU space, the
     GPUs' lowest compute capability (nvidia-smi, where installed) on a CUDA one, the installed
-    vllm-ascend on an Ascend one."""
+    vllm-ascend on an Ascend one; on both, the device vLLM's batch defaults depend on."""
     facts = HostFacts(vllm_options=installed_vllm_options(), vllm_version=installed_vllm_version())
     if platform == "cpu":
         return dataclasses.replace(facts, cpu_flags=cpu_flags(root))
     if platform == "cuda":
-        return dataclasses.replace(facts, compute_capability=gpu_compute_capability())
+        facts = dataclasses.replace(facts, compute_capability=gpu_compute_capability())
     if platform == "ascend":
-        return dataclasses.replace(facts, ascend_version=installed_ascend_version())
+        facts = dataclasses.replace(facts, ascend_version=installed_ascend_version())
+    if platform in ("cuda", "ascend"):
+        name, memory = _smallest_device(platform, root)
+        facts = dataclasses.replace(facts, device_name=name, device_memory_bytes=memory)
     return facts
 
 
-def on_this_host(space: SearchSpace, host: HostFacts) -> SearchSpace:
-    """`space` without the values `host` cannot run; one warning per parameter that lost some.
-    Raises SpecError when the space cannot run here at all."""
+def _smallest_device(platform: str, root: Path) -> tuple[str | None, int | None]:
+    """The name and memory of the host's GPU or NPU with the least memory (vLLM reads its
+    defaults from the device it runs on; on a mixed host this is the cautious one); (None,
+    None) where the tool cannot say."""
+    try:
+        devices = discover(platform, root=root).devices
+    except (DeviceError, OSError, ValueError) as err:
+        logger.info("cannot read the %s device for vLLM's defaults: %s", platform, err)
+        return None, None
+    sized = [d for d in devices if d.total_bytes]
+    if not sized:
+        return None, None
+    smallest = min(sized, key=lambda d: d.total_bytes or 0)
+    return smallest.name, smallest.total_bytes
+
+
+def on_this_host(
+    space: SearchSpace,
+    host: HostFacts,
+    scenario: str = "online",
+    options: dict[str, Any] | None = None,
+) -> tuple[SearchSpace, str | None]:
+    """`space` without the values `host` cannot run, one warning per parameter that lost some,
+    and with vLLM's batch defaults for this host's device where its baseline asks for them
+    (`baseline: vllm_default`) for `scenario` and the spec's fixed `options`, one line saying
+    which (also returned). Raises SpecError when the space cannot run here at all."""
     try:
         restricted, notes = restrict_to_host(space, host)
+        resolved, note = with_vllm_defaults(restricted, host, scenario, options or {})
     except SpaceError as exc:
         raise SpecError(str(exc)) from None
-    for note in notes:
-        logger.warning("%s", note)
-    return restricted
+    for line in notes:
+        logger.warning("%s", line)
+    if note is not None:
+        logger.info("%s", note)
+    return resolved, note
 
 
 def trial_engine_config(

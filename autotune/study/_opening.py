@@ -127,6 +127,7 @@ def _initialize(
         "objectives": [o.model_dump() for o in spec.objectives],
         "search": spec.search,  # checked on resume by _check_same_search
         "host": describe_host(),
+        "baseline_defaults": harness.baseline_note,  # vLLM's, for this device (or None)
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     for key, value in _jsonable(attrs).items():

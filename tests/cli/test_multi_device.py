@@ -195,3 +195,44 @@ def _engines_after_profile(case: Case, sim: Path, root: Path) -> list[dict]:
     ran = sorted(engines(sim), key=lambda e: e["alloc_t"])
     assert ran[-1]["visible"] is not None and not set(ran[-1]["devices"]) & case.busy
     return ran
+
+
+@pytest.mark.parametrize(
+    ("gpu", "mib", "defaults"),
+    [("NVIDIA H100 80GB HBM3", 81559, (1024, 8192)), ("NVIDIA A100-SXM4-80GB", 81920, (256, 2048))],
+)
+def test_the_baseline_is_what_vllm_picks_on_the_hosts_gpu(
+    gpu: str,
+    mib: int,
+    defaults: tuple[int, int],
+    tiny_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 2-GPU stand-in host of H100s (A100s): the shipped cuda space's baseline takes vLLM's
+    API-server defaults for that GPU, 1024 / 8192 (256 / 2048: vLLM keeps A100s small, PR
+    #17885), not a fixed 256 / 8192 that no `vllm serve` runs; the YAML header says so."""
+    state = tmp_path / "sim"
+    host = Host("cuda", 2, mib, 500, name=gpu, compute_cap="9.0" if "H100" in gpu else "8.0")
+    monkeypatch.setenv("PATH", f"{install(state, host)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SIM_DEVICES", str(state))
+    root = tmp_path / "studies"
+    result = invoke(
+        "tune", "--study", "d", "--model", tiny_model, "--engine-command", ENGINE_COMMAND,
+        "--space", "cuda", "--workload", WORKLOAD, "--rate", "100", "--root", root,
+        "--trials", "1", "--option", "max_model_len=512",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (base,) = StudyStore(default_storage_url(root, "d"), create=False).trials("d")
+    assert base.role == "baseline" and base.status == TrialStatus.OK, base.reason
+    assert (base.params["max_num_seqs"], base.params["max_num_batched_tokens"]) == defaults
+    assert base.config["max-num-seqs"] == defaults[0]
+    out = tmp_path / "best.yaml"
+    assert invoke("export", "d", "--root", root, "-o", out).exit_code == 0
+    seqs, tokens = defaults
+    line = (
+        f"# vLLM's batch defaults here: baseline max_num_seqs={seqs}, "
+        f"max_num_batched_tokens={tokens}: "
+    )
+    header = out.read_text()
+    assert line in header and f"defaults for {gpu}, 80 GiB, an API server" in header, header
