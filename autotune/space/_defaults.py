@@ -82,12 +82,10 @@ def mark_defaults(data: Any) -> Any:
     return {**data, "parameters": parameters}
 
 
-def baseline_world_size(space_baseline: dict[str, Any], options: dict[str, Any]) -> int:
-    """TP x PP of the baseline config (its options: the space's baseline values, the fixed
-    options and the spec's over them)."""
-    merged = {**space_baseline, **options}
-    tp = merged.get("tensor_parallel_size") or 1
-    pp = merged.get("pipeline_parallel_size") or 1
+def world_size(options: dict[str, Any]) -> int:
+    """TP x PP of a config's engine options."""
+    tp = options.get("tensor_parallel_size") or 1
+    pp = options.get("pipeline_parallel_size") or 1
     return int(tp) * int(pp)
 
 
