@@ -58,6 +58,9 @@ class Host:
     foreign_pid: int = 4242  # the other job's process, as the tools list it
     name: str = ""  # the device's product name; the platform's default when empty
     compute_cap: str = "8.6"  # what `nvidia-smi --query-gpu=compute_cap` prints (an A10G)
+    # Added to the engines' pids as the tools list them: the tuner in a container that does not
+    # share the host's pid namespace, whose tools list host pids (0: the same namespace).
+    pid_offset: int = 0
 
     @property
     def product(self) -> str:
@@ -145,7 +148,7 @@ def usage(state: Path, now: float | None = None) -> tuple[Host, dict[int, int], 
     for engine in _holding(state, host, now):
         for d in engine["devices"]:
             used[d] += engine["mib"]
-            processes.append((d, engine["pid"], engine["mib"]))
+            processes.append((d, engine["pid"] + host.pid_offset, engine["mib"]))
     return host, used, sorted(processes)
 
 

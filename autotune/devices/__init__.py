@@ -29,7 +29,13 @@ from autotune.devices._nvidia import (
 )
 from autotune.devices._pool import DevicePool, Lease
 from autotune.devices._records import DeviceMemory, DeviceProcess, SmiParseError
-from autotune.devices._release import ReleaseResult, process_reader, run_tool, wait_released
+from autotune.devices._release import (
+    ReleaseResult,
+    memory_before_launch,
+    process_reader,
+    run_tool,
+    wait_released,
+)
 from autotune.devices._selection import (
     discover_selected,
     format_device_list,
@@ -70,6 +76,7 @@ __all__ = [
     "gpu_compute_capability",
     "gpu_devices",
     "hold_host",
+    "memory_before_launch",
     "parse_compute_caps",
     "parse_cpulist",
     "parse_device_list",

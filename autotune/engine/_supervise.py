@@ -29,7 +29,7 @@ from typing import Protocol
 import psutil
 
 from autotune import layout
-from autotune.devices import wait_released
+from autotune.devices import memory_before_launch, wait_released
 from autotune.engine._cleanup import remove_leaked_shm, shm_used_by
 from autotune.engine._failures import FATAL_OVERLAP, Failure, fatal_failure
 from autotune.engine._ports import wait_port_free
@@ -114,6 +114,7 @@ def spawn(
     Raises TeardownError when a process of the tree survives, or the devices keep its memory.
     """
     logger.info("starting engine: %s", shlex.join(argv))
+    before = memory_before_launch(settings.platform, env)  # {} on CPU: no tool is run
     with open(log_path, "ab") as log:
         log.write(f"$ {shlex.join(argv)}\n".encode())
         log.flush()
@@ -134,14 +135,16 @@ def spawn(
         terminate_group(process, stop_s, tree)  # raises if any survived
         remove_leaked_shm(spawned.shared)
         pid_file.unlink(missing_ok=True)  # kept when teardown failed: a resume reaps the group
-        _wait_released(settings, [p.pid for p in tree])
+        _wait_released(settings, [p.pid for p in tree], before)
         if port is not None and not wait_port_free(port, settings.host, timeout_s=5):
             logger.warning("port %d is still bound after the engine's teardown", port)
 
 
-def _wait_released(settings: TeardownSettings, pids: list[int]) -> None:
-    """On GPU/NPU hosts, return once no device holds memory for the engine's processes."""
-    result = wait_released(settings.platform, pids, None, settings.release_timeout_s)
+def _wait_released(settings: TeardownSettings, pids: list[int], before: dict[str, int]) -> None:
+    """On GPU/NPU hosts, return once no device holds memory for the engine's processes, and
+    its devices are back to what they used before its launch (`before`)."""
+    timeout = settings.release_timeout_s
+    result = wait_released(settings.platform, pids, None, timeout, before=before)
     if not result.released:
         holders = ", ".join(f"pid {h.pid} on {h.device}" for h in result.holders)
         raise TeardownError(

@@ -14,6 +14,7 @@ from autotune.devices import (
     NVIDIA_APPS_QUERY,
     NVIDIA_GPU_QUERY,
     ReleaseResult,
+    memory_before_launch,
     run_tool,
     wait_released,
 )
@@ -248,3 +249,41 @@ def test_any_without_tools(clock: Clock) -> None:
 
     result = wait_released("any", {1}, None, 30.0, run=run, clock=clock, sleep=clock.sleep)
     assert result == ReleaseResult(True, 0.0, note="nvidia-smi and npu-smi not installed")
+
+
+def _gpus(used_mib: int) -> str:
+    """The A10G x4 query with GPU 0 using `used_mib` (the others idle)."""
+    rows = [f"{d}, GPU-{d}, NVIDIA A10G, 23028, {used_mib if d == 0 else 263}, 0" for d in range(4)]
+    return "\n".join(rows) + "\n"
+
+
+def test_a_container_waits_for_the_memory_to_come_back_to_its_level(clock: Clock) -> None:
+    """nvidia-smi in a container without the host's pid namespace lists the engine under its
+    host pid (90385), never one of ours: the pid wait ends at once, the memory wait does not."""
+    gpus = [_gpus(21000), _gpus(21000), _gpus(21000), _gpus(700)]
+    run = Replay({
+        NVIDIA_GPU_QUERY: [_gpus(263), *gpus],  # the first answer: the level before the launch
+        NVIDIA_APPS_QUERY: ["GPU-0, 90385, 20737\n"],
+    })  # fmt: skip
+    before = memory_before_launch("cuda", {"CUDA_VISIBLE_DEVICES": "0"}, run)
+    assert before == {"cuda:0": 263 * MIB}
+    result = wait_released(
+        "cuda", ENGINE_A10G, None, 10.0, run=run, clock=clock, sleep=clock.sleep, before=before
+    )
+    # (The pid wait read the GPUs' names once.) 700 MiB is within the slack (512 MiB) of 263:
+    # the memory is back at the third poll of the memory wait, 0.5 s apart.
+    assert result.released and result.waited_s == pytest.approx(1.0) and not result.holders
+
+
+def test_memory_that_never_comes_back_is_a_warning_not_an_error(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = Replay({NVIDIA_GPU_QUERY: [_gpus(21000)], NVIDIA_APPS_QUERY: [""]})
+    result = wait_released(
+        "cuda", ENGINE_A10G, None, 2.0, run=run, clock=clock, sleep=clock.sleep,
+        before={"cuda:0": 263 * MIB, "cuda:1": 263 * MIB},
+    )  # fmt: skip
+    assert result.released and result.waited_s == 2.0
+    assert "still above the level before: cuda:0 +20.3 GiB" in result.note
+    assert "another job took some" in caplog.text
+    assert memory_before_launch("cpu", {}) == {}  # no tool is run on CPU
