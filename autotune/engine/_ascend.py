@@ -11,6 +11,10 @@ The boundaries come from vllm-ascend's release notes (docs/source/user_guide/rel
   `--additional-config {"torchair_graph_config": {"enabled": true}}` doesn't work anymore"
   (PR #4814 "Drop torchair", merged 2025-12-09); v0.11.0's notes (2025-12-16, its own branch)
   say "it'll be removed in v0.12.0rc1", and v0.11.0 is the last release that has it.
+- The Ascend scheduler (`additional_config.ascend_scheduler_config`): PR #4623 "Drop ascend
+  scheduler" (merged 2025-12-02, on vLLM 0.12.0) removed it, so from v0.12.0rc1 the key does
+  nothing and vLLM's own scheduler options (max_num_batched_tokens, enable_chunked_prefill)
+  are the knobs; a trial that sets it would measure the default under the knob's label.
 - NONE, PIECEWISE: vLLM's `CUDAGraphMode` is documented from vLLM v0.10.2, which
   vllm-ascend v0.10.2rc1 is the first release to build on.
 - FULL_DECODE_ONLY: v0.11.0rc1 "[Experimental] Graph mode `FULL_DECODE_ONLY` is supported now!
@@ -94,7 +98,7 @@ def ascend_option_problems(options: Mapping[str, Any], version: str | None) -> l
     installed = parse_ascend_version(version)
     problems = _cudagraph_mode_problems(options, installed)
     if installed is not None:
-        problems += _torchair_problems(options, installed)
+        problems += _removed_key_problems(options, installed)
         problems += _migrated_key_problems(options, installed)
     return problems
 
@@ -124,17 +128,31 @@ def _dict_option(options: Mapping[str, Any], name: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _torchair_problems(options: Mapping[str, Any], installed: Version) -> list[Problem]:
-    if "torchair_graph_config" not in _dict_option(options, "additional_config"):
-        return []
-    if installed < TORCHAIR_REMOVED_IN:
-        return []
+# additional_config key -> (the release that removed it, what it was, what to use instead).
+REMOVED_KEYS: dict[str, tuple[Version, str, str]] = {
+    "torchair_graph_config": (
+        TORCHAIR_REMOVED_IN,
+        "torchair graph mode",
+        "use compilation_config.cudagraph_mode (ACLGraph)",
+    ),
+    "ascend_scheduler_config": (
+        Version("0.12.0rc1"),
+        "the Ascend scheduler",
+        "vLLM's scheduler runs: tune max_num_batched_tokens and enable_chunked_prefill",
+    ),
+}
+
+
+def _removed_key_problems(options: Mapping[str, Any], installed: Version) -> list[Problem]:
+    """Keys of `additional_config` that the installed release no longer has."""
+    given = _dict_option(options, "additional_config")
     return [
         (
-            "additional_config.torchair_graph_config",
-            f"torchair graph mode was removed in vllm-ascend {TORCHAIR_REMOVED_IN} "
-            f"(installed: {installed}); use compilation_config.cudagraph_mode (ACLGraph)",
+            f"additional_config.{key}",
+            f"{what} was removed in vllm-ascend {since} (installed: {installed}); {instead}",
         )
+        for key, (since, what, instead) in REMOVED_KEYS.items()
+        if key in given and installed >= since
     ]
 
 

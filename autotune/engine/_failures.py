@@ -120,6 +120,12 @@ PATTERNS: tuple[Pattern, ...] = (
     # supported in this architecture. ...")`.
     _p(_K.UNSUPPORTED, r"not supported in this architecture"),
     _p(_K.UNSUPPORTED, r"NotImplementedError(?::|\r?$)"),
+    # vllm-ascend's ACL graph capture out of NPU streams (npu-capture-streams: `error code is
+    # 207008`, `Stream resources are insufficient`): the config's capture sizes need more
+    # streams than the device has, every time; fewer sizes (a smaller max_num_seqs or
+    # max_cudagraph_capture_size, another graph mode, eager) start.
+    _p(_K.UNSUPPORTED, r"Stream resources are insufficient"),
+    _p(_K.UNSUPPORTED, r"driver error:no stream resource"),
     # A worker that died on another signal (SIGSEGV -11, SIGILL -4 ...): a crash, with this line
     # as its reason.
     _p(_K.CRASH, r"died unexpectedly \(exit code: -\d+\)", fatal=True),

