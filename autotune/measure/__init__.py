@@ -5,7 +5,14 @@ measurement means as objective and constraint values; profile a config (`profile
 `autotune.study` drives it once per trial; benchmarks drive it directly.
 """
 
-from autotune.measure._measure import Measure, Measurement, Workplan, load_measurement, measure
+from autotune.measure._measure import (
+    Measure,
+    Measurement,
+    Workplan,
+    load_measurement,
+    measure,
+    resummarized,
+)
 from autotune.measure._objectives import (
     ERROR_RATE,
     FAILED,
@@ -38,4 +45,5 @@ __all__ = [
     "measure",
     "objective_values",
     "profile_config",
+    "resummarized",
 ]

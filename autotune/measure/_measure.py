@@ -8,6 +8,7 @@ measured trial survives a store that fails or a tuner that is killed right after
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -101,6 +102,10 @@ class Measurement:
     teardown_error: str | None = None
     spread: dict[str, float] = field(default_factory=dict)  # half-range over repeated runs
     at_s: float | None = None  # when the benchmark ended (epoch s; None: when it is recorded)
+    # The records of the runs the summary is of (one, or `repeats`; a pruned run's finished
+    # requests), kept in memory so that new bounds re-summarize them without a read
+    # (`resummarized`); on disk they are `requests.jsonl` / `runs/`.
+    runs: list[list[RequestRecord]] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -154,7 +159,8 @@ def measure(
                 result.engine.abort = Abort.now(str(aborted.abort.kind), aborted.abort.reason)
                 if aborted.abort.kind is AbortKind.PRUNED:  # the engine is fine: a normal stop
                     result.status, result.reason = TrialStatus.PRUNED, aborted.abort.reason
-                    result.summary = _pruned_summary(aborted.records, plan.slos)
+                    result.runs = [[r for r in aborted.records if not _cut_short(r)]]
+                    result.summary = summary_of(result, plan.slos)
                     raise _Pruned from None
                 engine.mark_failed()
                 if aborted.abort.kind is AbortKind.ENGINE:
@@ -170,16 +176,13 @@ def measure(
                     _fail(result, engine.failure(TrialStatus.CRASH))
                 else:
                     result.engine.counters = counters.counted()
-                    result.summary = summarize(records, plan.slos)
-                    if runs:
-                        result.summary = median_summary(runs)
-                        result.spread = _finite(spread(runs))
+                    result.runs = runs or [records]
+                    if len(runs) > 1:
+                        result.spread = _finite(spread([summarize(r, plan.slos) for r in runs]))
                         result.engine.repeats = len(runs)
-                    if capacity is not None:
-                        result.engine.capacity = capacity
-                        result.summary = _with_capacity(result.summary, capacity)
-                    result.summary = with_counters(result.summary, result.engine)
+                    result.engine.capacity = capacity
                     _cost(result, config, plan)
+                    result.summary = summary_of(result, plan.slos)
                     if result.summary.completed == 0:
                         first = next((r.error for r in records if r.error), None)
                         reason = first or "no request completed"
@@ -226,8 +229,9 @@ def measure_offline(
             peak_memory_bytes=batch.peak_memory_bytes,
             **batch.facts.model_dump(),
         )
-        result.summary = _with_peak(summarize(batch.records, plan.slos), result.engine)
+        result.runs = [list(batch.records)]
         _cost(result, config, plan)
+        result.summary = summary_of(result, plan.slos)
         if result.summary.completed == 0:
             first = next((r.error for r in batch.records if r.error), None)
             _fail(result, Failure(TrialStatus.BENCHMARK_ERROR, first or "no request completed"))
@@ -254,12 +258,12 @@ def _run_plan(
     guard: Guard,
     trial_dir: Path,
     before_measured: Callable[[], None],
-) -> tuple[list[RequestRecord], dict[str, Any] | None, list[Summary]]:
+) -> tuple[list[RequestRecord], dict[str, Any] | None, list[list[RequestRecord]]]:
     """The plan's benchmark: its requests at its load (`repeats` times), or, with a capacity
     search, at the highest rate that holds the SLOs. Returns the records (of the median run;
     with a search: of the run that decided the chosen level; every run is kept in `runs/` or
     `levels/`), the search, as also written to `capacity.json` (None without one), and the
-    summaries of the repeated runs (empty for a single run)."""
+    records of the repeated runs (empty for a single run)."""
     if plan.capacity is None:
         if plan.repeats <= 1:
             records = run_benchmark(
@@ -302,7 +306,7 @@ def _repeated(
     guard: Guard,
     trial_dir: Path,
     before_measured: Callable[[], None],
-) -> tuple[list[RequestRecord], None, list[Summary]]:
+) -> tuple[list[RequestRecord], None, list[list[RequestRecord]]]:
     """`plan.repeats` runs on one engine (warm-up before the first; each run its own prompts
     of the workload, `Workplan.requests_for`)."""
     folder = trial_dir / layout.RUNS_DIR
@@ -318,16 +322,11 @@ def _repeated(
         runs.append((summarize(records, plan.slos), records))
     by_throughput = sorted(runs, key=lambda run: run[0].output_throughput)
     median_run = by_throughput[(len(runs) - 1) // 2][1]
-    return median_run, None, [summary for summary, _ in runs]
+    return median_run, None, [records for _, records in runs]
 
 
 def _finite(values: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in values.items() if math.isfinite(v)}
-
-
-def _pruned_summary(records: Sequence[RequestRecord], slos: Mapping[str, float]) -> Summary:
-    """The metrics of a stopped run: the requests it finished (not those it cut short)."""
-    return summarize([r for r in records if not _cut_short(r)], slos)
 
 
 def _cut_short(record: RequestRecord) -> bool:
@@ -337,11 +336,9 @@ def _cut_short(record: RequestRecord) -> bool:
 def _cost(result: Measurement, config: EngineConfig, plan: Workplan) -> None:
     """With a device cost, the trial's cost_per_mtok: its devices (tensor x pipeline parallel;
     on CPU the host counts as one device per worker) at the measured throughput."""
-    if plan.device_cost_per_hour is None or result.summary is None:
+    if plan.device_cost_per_hour is None:
         return
-    devices = config.devices
-    result.engine.cost = Cost(per_device_hour=plan.device_cost_per_hour, devices=devices)
-    result.summary = with_cost(result.summary, plan.device_cost_per_hour, devices)
+    result.engine.cost = Cost(per_device_hour=plan.device_cost_per_hour, devices=config.devices)
 
 
 def with_counters(summary: Summary, engine: TrialFacts) -> Summary:
@@ -391,27 +388,46 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
     )
     if m.status in (TrialStatus.OK, TrialStatus.PRUNED):
         try:
-            m.summary = _saved_summary(trial_dir, m, slos)
+            m.runs = _saved_runs(trial_dir, m)
         except (OSError, ValueError):
             return None
-        if m.engine.capacity is not None:
-            m.summary = _with_capacity(m.summary, m.engine.capacity)
-        m.summary = with_counters(_with_peak(m.summary, m.engine), m.engine)
-        cost = m.engine.cost
-        if cost is not None:
-            m.summary = with_cost(m.summary, cost.per_device_hour, cost.devices)
+        m.summary = summary_of(m, slos)
     return m
 
 
-def _saved_summary(trial_dir: Path, m: Measurement, slos: Mapping[str, float]) -> Summary:
-    """The summary `measure` gave, rebuilt from the records it kept."""
+def _saved_runs(trial_dir: Path, m: Measurement) -> list[list[RequestRecord]]:
+    """The records `measure` kept of the runs its summary is of."""
     if m.status == TrialStatus.PRUNED:
-        return _pruned_summary(read_records(trial_dir / layout.REQUESTS), slos)
+        return [[r for r in read_records(trial_dir / layout.REQUESTS) if not _cut_short(r)]]
     repeats = m.engine.repeats or 0
     if repeats > 1:
-        runs = [trial_dir / layout.RUNS_DIR / layout.run_records(k) for k in range(repeats)]
-        return median_summary([summarize(read_records(path), slos) for path in runs])
-    return summarize(read_records(trial_dir / layout.REQUESTS), slos)
+        folder = trial_dir / layout.RUNS_DIR
+        return [read_records(folder / layout.run_records(k)) for k in range(repeats)]
+    return [read_records(trial_dir / layout.REQUESTS)]
+
+
+def summary_of(m: Measurement, slos: Mapping[str, float]) -> Summary:
+    """The trial's summary, the one place it is made: its runs' records summarized within
+    `slos` (the median over repeated runs), then what its engine facts add: the capacity
+    search's rate, the offline batch's peak memory, the rates of the engine's counters, the
+    cost per million tokens. `measure` and `load_measurement` (a folder read back) both end
+    here; so does `resummarized`, for bounds fixed after the run."""
+    summaries = [summarize(records, slos) for records in m.runs] or [summarize([], slos)]
+    summary = summaries[0] if len(summaries) == 1 else median_summary(summaries)
+    if m.engine.capacity is not None:
+        summary = _with_capacity(summary, m.engine.capacity)
+    summary = with_counters(_with_peak(summary, m.engine), m.engine)
+    if m.engine.cost is not None:
+        summary = with_cost(summary, m.engine.cost.per_device_hour, m.engine.cost.devices)
+    return summary
+
+
+def resummarized(m: Measurement, slos: Mapping[str, float]) -> Measurement:
+    """`m` with its summary made again within `slos` from the records it holds (goodput
+    counts the requests within every bound); `m` itself where it holds none (a stand-in)."""
+    if m.summary is None or not m.runs:
+        return m
+    return dataclasses.replace(m, summary=summary_of(m, slos))
 
 
 def _fail(result: Measurement, failure: Failure) -> None:

@@ -9,7 +9,6 @@ repair of an OOM queued after it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -22,7 +21,7 @@ from autotune import layout
 from autotune import store as keys
 from autotune.bench import METRIC_NAMES, OPTIONAL
 from autotune.engine import EngineConfig, to_yaml_dict
-from autotune.measure import Measurement, constraint_values, load_measurement, objective_values
+from autotune.measure import Measurement, constraint_values, objective_values, resummarized
 from autotune.search import told_objectives
 from autotune.selection import BASIS_ATTR, SLOS_ATTR
 from autotune.space import SearchSpace, repair
@@ -90,7 +89,7 @@ class Recorder:
 
     def tell(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
         if m.summary is not None and trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
-            m = self._fix_relative_slos(study, trial, m, trial_dir)
+            m = self._fix_relative_slos(study, trial, m)
         trial.set_user_attr(keys.STATUS, m.status)
         trial.set_user_attr(keys.REASON, m.reason)
         trial.set_user_attr(keys.ENGINE, m.engine.stored())
@@ -129,11 +128,10 @@ class Recorder:
         first = study.get_trials(deepcopy=False)[int(again)]
         return first.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
 
-    def _fix_relative_slos(
-        self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path
-    ) -> Measurement:
+    def _fix_relative_slos(self, study: optuna.Study, trial: Trial, m: Measurement) -> Measurement:
         """The baseline fixes the study's baseline-relative bounds (see `_slos`); its own
-        summary is then rebuilt with them (goodput counts requests within every bound)."""
+        summary is then made again within them from the records it holds (goodput counts
+        requests within every bound)."""
         if not self.bounds.pending():
             return m
         assert m.summary is not None
@@ -141,10 +139,7 @@ class Recorder:
         study.set_user_attr(BASIS_ATTR, {**(study.user_attrs.get(BASIS_ATTR) or {}), **basis})
         study.set_user_attr(SLOS_ATTR, dict(self.bounds.values))
         logger.info("baseline-relative SLOs fixed by trial %d: %s", trial.number, basis)
-        saved = load_measurement(trial_dir, self.bounds.values)
-        if saved is None or saved.summary is None:
-            return m
-        return dataclasses.replace(m, summary=saved.summary)
+        return resummarized(m, self.bounds.values)
 
     def interrupted(self, study: optuna.Study, trial: Trial, trial_dir: Path) -> None:
         """Ctrl-C or SIGTERM during the trial: FAILED, its folder kept."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from support import fake_settings, processes_mentioning
@@ -10,7 +11,7 @@ from support import fake_settings, processes_mentioning
 from autotune.bench import LoadProfile, RequestSpec, median_summary, spread, summarize, with_rates
 from autotune.bench._records import read_records
 from autotune.engine import EngineConfig
-from autotune.measure import Workplan, measure
+from autotune.measure import Workplan, measure, resummarized
 from autotune.measure._measure import load_measurement
 from autotune.status import TrialStatus
 
@@ -43,6 +44,14 @@ def test_repeats_run_on_one_engine_and_report_medians_and_spread(tmp_path: Path)
     # The saved measurement rebuilds the same medians and spread (resume, a lost store).
     saved = load_measurement(trial, {})
     assert saved is not None and saved.summary == m.summary and saved.spread == m.spread
+    # Bounds fixed after the run (a relative SLO) re-summarize the records the measurement
+    # holds, with no read: the same summary as the folder's, the trial folder gone or not.
+    slos = {"p99_ttft_ms": 0.001}
+    again = load_measurement(trial, slos)
+    shutil.rmtree(trial)
+    tight = resummarized(m, slos)
+    assert again is not None and tight.summary == again.summary != m.summary
+    assert tight.summary is not None and tight.summary.goodput == 0.0 < m.summary.goodput
     assert processes_mentioning(str(trial)) == []
 
 
