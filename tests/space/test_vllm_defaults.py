@@ -26,12 +26,15 @@ DEVICES = {
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM installed")
-@pytest.mark.parametrize("which", sorted(DEVICES))
-def test_the_table_is_the_installed_vllms(which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_table_is_the_installed_vllms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One test over every device, so that one process pays vLLM's import."""
+    for device in DEVICES.values():
+        _compare(device, monkeypatch)
+
+
+def _compare(device: Device, monkeypatch: pytest.MonkeyPatch) -> None:
     from vllm.engine import arg_utils
     from vllm.usage.usage_lib import UsageContext
-
-    device = DEVICES[which]
 
     def memory() -> int:
         if device.memory_bytes is None:
@@ -49,7 +52,8 @@ def test_the_table_is_the_installed_vllms(which: str, monkeypatch: pytest.Monkey
     for scenario, context in (("online", "OPENAI_API_SERVER"), ("offline", "LLM_CLASS")):
         ours = batch_defaults("cuda", device, 1, scenario)
         usage = getattr(UsageContext, context)
-        assert ours == {"max_num_seqs": seqs[usage], "max_num_batched_tokens": tokens[usage]}
+        theirs = {"max_num_seqs": seqs[usage], "max_num_batched_tokens": tokens[usage]}
+        assert ours == theirs, (device, scenario)
     cpu = SimpleNamespace(**{**vars(platform), "is_cpu": lambda: True})
     monkeypatch.setattr(arg_utils, "current_platform", cpu)
     tokens, seqs = arg_utils.EngineArgs.get_batch_defaults(world_size=2)
