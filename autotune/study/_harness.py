@@ -198,6 +198,8 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     space = load_space(spec.space)
     facts = read_host_facts(space.platform)
     space, baseline_note = on_this_host(space, facts, spec.scenario, dict(spec.engine.options))
+    if spec.baseline:  # trial 0 is what the user runs today (`--baseline`), not vLLM's defaults
+        baseline_note = None
     _check_options(spec, space, facts)
     try:
         warmup, requests = build_requests(spec.workload, spec.model)

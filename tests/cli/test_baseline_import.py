@@ -61,3 +61,25 @@ def test_a_baseline_outside_the_space_is_one_error_line(
     (line,) = result.output.strip().splitlines()  # type: ignore[attr-defined]
     assert line.startswith(f"error: --baseline {script}: ")
     assert "max_num_seqs=100000 is not a value parameter max_num_seqs can take" in line
+
+
+def test_an_imported_baseline_is_not_called_vllms_defaults(
+    tiny_model: Path, tmp_path: Path, cli: Callable[..., object]
+) -> None:
+    """The cpu space asks for vLLM's batch defaults as its baseline; a `--baseline` script
+    replaces them, so the export's header must not name them."""
+    script = tmp_path / "serve.sh"
+    script.write_text(SCRIPT.format(model=tiny_model))
+    root = tmp_path / "studies"
+    result = cli(
+        "tune", "--study", "v", "--baseline", script, "--engine-command",
+        f"{{python}} {Path(__file__).parents[1] / 'fake_engine.py'}", "--space", "cpu",
+        "--workload", "random:input=32,output=8,prompts=8,warmup=1", "--rate", "100",
+        "--root", root, "--trials", "1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    out = tmp_path / "best.yaml"
+    exported = cli("export", "v", "--root", root, "-o", out)
+    assert exported.exit_code == 0, exported.output  # type: ignore[attr-defined]
+    header = out.read_text()
+    assert "max-num-seqs: 64" in header and "batch defaults here" not in header
