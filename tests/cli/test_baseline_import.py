@@ -21,19 +21,30 @@ vllm serve {model} \\
 """
 
 
+def tune_from_script(
+    cli: Callable[..., object], model: Path, tmp_path: Path, study: str, *more: str
+) -> Path:
+    """`tune` on the fake engine with SCRIPT as `--baseline`; returns the studies' root."""
+    script = tmp_path / "serve.sh"
+    script.write_text(SCRIPT.format(model=model))
+    root = tmp_path / "studies"
+    result = cli(
+        "tune", "--study", study, "--baseline", script, "--engine-command",
+        f"{{python}} {Path(__file__).parents[1] / 'fake_engine.py'}",
+        "--workload", "random:input=32,output=8,prompts=8,warmup=1", "--rate", "100",
+        "--root", root, *more,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    return root
+
+
 def test_baseline_script_is_trial_zero_and_fixes_the_rest(
     tiny_model: Path, tmp_path: Path, cli: Callable[..., object]
 ) -> None:
-    script = tmp_path / "serve.sh"
-    script.write_text(SCRIPT.format(model=tiny_model))
-    root = tmp_path / "studies"
-    result = cli(
-        "tune", "--study", "b", "--baseline", script, "--engine-command",
-        f"{{python}} {Path(__file__).parents[1] / 'fake_engine.py'}", "--space", "cpu-quick",
-        "--workload", "random:input=32,output=8,prompts=8,warmup=1", "--rate", "100",
-        "--root", root, "--trials", "2", "--sampler", "random",
+    root = tune_from_script(
+        cli, tiny_model, tmp_path, "b", "--space", "cpu-quick", "--trials", "2",
+        "--sampler", "random",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     trials = StudyStore(f"sqlite:///{root / 'b' / 'study.db'}", create=False).trials("b")
     zero = trials[0]
     assert zero.role == "baseline" and zero.status == "ok"
@@ -68,16 +79,7 @@ def test_an_imported_baseline_is_not_called_vllms_defaults(
 ) -> None:
     """The cpu space asks for vLLM's batch defaults as its baseline; a `--baseline` script
     replaces them, so the export's header must not name them."""
-    script = tmp_path / "serve.sh"
-    script.write_text(SCRIPT.format(model=tiny_model))
-    root = tmp_path / "studies"
-    result = cli(
-        "tune", "--study", "v", "--baseline", script, "--engine-command",
-        f"{{python}} {Path(__file__).parents[1] / 'fake_engine.py'}", "--space", "cpu",
-        "--workload", "random:input=32,output=8,prompts=8,warmup=1", "--rate", "100",
-        "--root", root, "--trials", "1",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    root = tune_from_script(cli, tiny_model, tmp_path, "v", "--space", "cpu", "--trials", "1")
     out = tmp_path / "best.yaml"
     exported = cli("export", "v", "--root", root, "-o", out)
     assert exported.exit_code == 0, exported.output  # type: ignore[attr-defined]
