@@ -67,7 +67,7 @@ def mark_defaults(data: Any) -> Any:
     if not isinstance(data, dict) or not isinstance(data.get("parameters"), list):
         return data
     platform = data.get("platform", "any")
-    fallback = batch_defaults("cpu" if platform == "cpu" else "gpu", Device())
+    fallback = batch_defaults(str(platform), Device())
     parameters = []
     for param in data["parameters"]:
         if isinstance(param, dict) and param.get("baseline") == VLLM_DEFAULT:

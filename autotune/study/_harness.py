@@ -16,7 +16,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import InitVar, dataclass, field
 from functools import partial
@@ -32,6 +32,7 @@ from autotune.bench import (
     longest_request,
 )
 from autotune.devices import (
+    Device,
     DeviceError,
     DeviceMemory,
     DevicePool,
@@ -196,7 +197,17 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     as a whole (no device pool; the confirm step and profiles). Raises SpecError when the
     workload or the devices the spec asks for are not to be had here."""
     space = load_space(spec.space)
-    facts = read_host_facts(space.platform)
+    pool, count = None, 1
+    if lanes:
+        try:
+            pool, count = plan_lanes(
+                space.platform, spec.parallel, spec.devices, busy_share=spec.busy_share
+            )
+        except DeviceError as exc:
+            raise SpecError(str(exc)) from None
+    # vLLM's batch defaults depend on the device it runs on: the pool's (the devices the user
+    # selected, as read once for the pool), else the host's.
+    facts = read_host_facts(space.platform, devices=pool.devices if pool is not None else None)
     space, baseline_note = on_this_host(space, facts, spec.scenario, dict(spec.engine.options))
     if spec.baseline:  # trial 0 is what the user runs today (`--baseline`), not vLLM's defaults
         baseline_note = None
@@ -238,14 +249,6 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         platform=space.platform,
         cancel=cancel,
     )
-    pool, count = None, 1
-    if lanes:
-        try:
-            pool, count = plan_lanes(
-                space.platform, spec.parallel, spec.devices, busy_share=spec.busy_share
-            )
-        except DeviceError as exc:
-            raise SpecError(str(exc)) from None
 
     def measure_one(
         config: EngineConfig, trial_dir: Path, judge: Judge | None = None
@@ -296,10 +299,13 @@ def _check_options(spec: TuneSpec, space: SearchSpace, host: HostFacts) -> None:
             )
 
 
-def read_host_facts(platform: str, root: Path = Path("/")) -> HostFacts:
+def read_host_facts(
+    platform: str, root: Path = Path("/"), devices: Sequence[Device] | None = None
+) -> HostFacts:
     """What this host can run, for a space of `platform`: the CPU's flags on a CPU space, the
     GPUs' lowest compute capability (nvidia-smi, where installed) on a CUDA one, the installed
-    vllm-ascend on an Ascend one; on both, the device vLLM's batch defaults depend on."""
+    vllm-ascend on an Ascend one; on both, the device vLLM's batch defaults depend on: the
+    smallest of `devices` (the study's pool, already read), else of the host's."""
     facts = HostFacts(vllm_options=installed_vllm_options(), vllm_version=installed_vllm_version())
     if platform == "cpu":
         return dataclasses.replace(facts, cpu_flags=cpu_flags(root))
@@ -308,20 +314,23 @@ def read_host_facts(platform: str, root: Path = Path("/")) -> HostFacts:
     if platform == "ascend":
         facts = dataclasses.replace(facts, ascend_version=installed_ascend_version())
     if platform in ("cuda", "ascend"):
-        name, memory = _smallest_device(platform, root)
+        name, memory = _smallest_device(platform, root, devices)
         facts = dataclasses.replace(facts, device_name=name, device_memory_bytes=memory)
     return facts
 
 
-def _smallest_device(platform: str, root: Path) -> tuple[str | None, int | None]:
-    """The name and memory of the host's GPU or NPU with the least memory (vLLM reads its
-    defaults from the device it runs on; on a mixed host this is the cautious one); (None,
-    None) where the tool cannot say."""
-    try:
-        devices = discover(platform, root=root).devices
-    except (DeviceError, OSError, ValueError) as err:
-        logger.info("cannot read the %s device for vLLM's defaults: %s", platform, err)
-        return None, None
+def _smallest_device(
+    platform: str, root: Path, devices: Sequence[Device] | None
+) -> tuple[str | None, int | None]:
+    """The name and memory of the GPU or NPU with the least memory of `devices` (else of the
+    host's: vLLM reads its defaults from the device it runs on; on a mixed host this is the
+    cautious one); (None, None) where the tool cannot say."""
+    if devices is None:
+        try:
+            devices = discover(platform, root=root).devices
+        except (DeviceError, OSError, ValueError) as err:
+            logger.info("cannot read the %s device for vLLM's defaults: %s", platform, err)
+            return None, None
     sized = [d for d in devices if d.total_bytes]
     if not sized:
         return None, None
