@@ -7,7 +7,12 @@ bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 export AUTOTUNE_REQUIRE_BROWSER=1  # the dashboard's browser test may not skip here
 eval "$(bash scripts/postgres.sh start)"
-trap 'bash scripts/postgres.sh stop' EXIT
+# One folder for what the runs below build once and share (tests/support.py `built_once`): the
+# tiny model, and the README's main job on the real engine, built by the engine run and read by
+# the last one.
+AUTOTUNE_TEST_SHARED="$(mktemp -d)"
+export AUTOTUNE_TEST_SHARED
+trap 'bash scripts/postgres.sh stop; rm -rf "$AUTOTUNE_TEST_SHARED"' EXIT
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
@@ -16,7 +21,7 @@ trap 'bash scripts/postgres.sh stop' EXIT
 # a vLLM start mostly waits on one core's imports and its own subprocesses (these tests use
 # about one of two cores' time together), and the most starts go first. Last, one at a time,
 # the tests marked `alone`: they read wall-clock speed (an engine takes every core while it
-# serves, and their timings must not share it), or share the session's real study. Arguments go
+# serves, and their timings must not share it), or read the real study the engine run built. Arguments go
 # to every run; a run that selects nothing (pytest's exit 5) is no failure.
 phase() {
     local rc=0

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from builders import make_summary, record
 from study.fakes import STUDY, FakeMeasure
+from support import built_once
 
 from autotune.bench import Summary
 from autotune.space import SearchSpace, load_space
@@ -34,10 +35,11 @@ def _starts(item: pytest.Item) -> int:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny random-weight Llama, generated once per test run (no hub access needed)."""
+    """The tiny random-weight Llama (no hub access needed), generated once per pytest process,
+    or once for all of scripts/test.sh's runs and workers (`support.built_once`)."""
     from autotune.tinymodel import make_tiny_model
 
-    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+    return built_once(tmp_path_factory, "models", lambda f: make_tiny_model(f / "tiny")) / "tiny"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shlex
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -79,3 +80,32 @@ def one_error_line(result: Result, code: int = 2) -> str:
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")
     return lines[0]
+
+
+SHARED = "AUTOTUNE_TEST_SHARED"  # scripts/test.sh: one folder for its three pytest runs
+
+
+def built_once(tmp_path_factory: Any, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name`, built by `build(folder)` once. Under scripts/test.sh (`$SHARED` set)
+    once for all three of its pytest runs and their workers: the first process to ask builds
+    it, under a file lock the others wait on, and marks it done; a build that failed is
+    redone by the next to ask. Otherwise once per pytest process, in its own temporary
+    folder (a session fixture)."""
+    shared = os.environ.get(SHARED)
+    if not shared:
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return Path(folder)
+    folder = Path(shared) / name
+    done = Path(shared) / f"{name}.done"
+    with (Path(shared) / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            if folder.exists():  # what a failed build left
+                import shutil
+
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+            build(folder)
+            done.touch()
+    return folder

