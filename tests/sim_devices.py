@@ -61,6 +61,7 @@ class Host:
     # Added to the engines' pids as the tools list them: the tuner in a container that does not
     # share the host's pid namespace, whose tools list host pids (0: the same namespace).
     pid_offset: int = 0
+    nvml: bool = True  # whether NVML loads (tests/sim_nvml.py); False: nvidia-smi only
 
     @property
     def product(self) -> str:

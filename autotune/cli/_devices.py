@@ -46,8 +46,8 @@ def devices(
 
 
 def _table(inventory: Inventory) -> Table:
-    source = {"ascend": "npu-smi", "cuda": "nvidia-smi", "cpu": "NUMA nodes"}[inventory.platform]
-    table = Table(title=f"{inventory.platform} devices ({source})", title_justify="left")
+    title = f"{inventory.platform} devices ({inventory.source})"
+    table = Table(title=title, title_justify="left")
     table.add_column("id", justify="right")
     table.add_column("name", overflow="fold")
     table.add_column("memory total", justify="right")

@@ -1,11 +1,12 @@
 """Accelerators and CPUs: what a host has, how its devices are shared by trials, their memory.
 
-Discovery (`discover`) lists NPUs (npu-smi), GPUs (nvidia-smi) or the CPU's NUMA nodes, with the
-topology the tools print; `--devices 0-3,6` limits it (`parse_device_list`, `select_devices`).
-A `DevicePool` hands disjoint, topology-near device sets to trials that run at once, each as a
-`Lease` with the environment that shows it its devices; on CPU the devices are core slots
-(`split_cpu`). The memory readers (nvidia-smi, npu-smi, NUMA meminfo) judge whether a config fits
-before it is launched, `wait_released` waits after a teardown until the devices are free.
+Discovery (`discover`) lists NPUs (npu-smi), GPUs (NVML, else nvidia-smi: `nvidia_reader`) or
+the CPU's NUMA nodes, with the topology the tools give; `--devices 0-3,6` limits it
+(`parse_device_list`, `select_devices`). A `DevicePool` hands disjoint, topology-near device
+sets to trials that run at once, each as a `Lease` with the environment that shows it its
+devices; on CPU the devices are core slots (`split_cpu`). The memory readers (NVML or
+nvidia-smi, npu-smi, NUMA meminfo) judge whether a config fits before it is launched,
+`wait_released` waits after a teardown until the devices are free.
 """
 
 from autotune.devices._ascend import NPU_SMI_INFO, NpuDevice, NpuSmiInfo, parse_npu_smi_info
@@ -27,13 +28,19 @@ from autotune.devices._nvidia import (
     parse_nvidia_apps,
     parse_nvidia_gpus,
 )
+from autotune.devices._nvml import NvidiaReader, NvmlReader, nvidia_reader
 from autotune.devices._pool import DevicePool, Lease
-from autotune.devices._records import DeviceMemory, DeviceProcess, SmiParseError
+from autotune.devices._records import (
+    DeviceMemory,
+    DeviceProcess,
+    Runner,
+    SmiParseError,
+    run_tool,
+)
 from autotune.devices._release import (
     ReleaseResult,
     memory_before_launch,
     process_reader,
-    run_tool,
     wait_released,
 )
 from autotune.devices._selection import (
@@ -63,8 +70,11 @@ __all__ = [
     "NpuDevice",
     "NpuSmiInfo",
     "NvidiaGpu",
+    "NvidiaReader",
+    "NvmlReader",
     "Platform",
     "ReleaseResult",
+    "Runner",
     "SmiParseError",
     "Topology",
     "cpu_memory",
@@ -77,6 +87,7 @@ __all__ = [
     "gpu_devices",
     "hold_host",
     "memory_before_launch",
+    "nvidia_reader",
     "parse_compute_caps",
     "parse_cpulist",
     "parse_device_list",

@@ -23,16 +23,9 @@ from autotune.devices._numa import (
     online_cpus,
     parse_cpulist,
 )
-from autotune.devices._nvidia import NVIDIA_GPU_QUERY, parse_nvidia_gpus
-from autotune.devices._records import SmiParseError
-from autotune.devices._release import Runner, run_tool
-from autotune.devices._topology import (
-    NPU_SMI_TOPO,
-    NVIDIA_TOPO,
-    Topology,
-    parse_topology,
-    renumbered,
-)
+from autotune.devices._nvml import nvidia_reader
+from autotune.devices._records import Runner, SmiParseError, run_tool
+from autotune.devices._topology import NPU_SMI_TOPO, Topology, parse_topology, renumbered
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +81,10 @@ def _ascend_inventory(run: Runner, root: Path) -> Inventory:
     # NPUs, not chips: it is not used.
     one_chip_each = len({chip.npu for chip in chips}) == len(chips)
     topology = None
-    if one_chip_each and (matrix := _topology(run, NPU_SMI_TOPO)) is not None:
-        topology = renumbered(matrix, {chip.npu: chip.id for chip in chips})
+    if one_chip_each:
+        read = lambda: parse_topology(run(list(NPU_SMI_TOPO)))  # noqa: E731
+        if (matrix := _topology(read, "npu-smi info -t topo")) is not None:
+            topology = renumbered(matrix, {chip.npu: chip.id for chip in chips})
     nodes = numa_cpus(root)
     devices = []
     for chip in chips:
@@ -103,14 +98,16 @@ def _ascend_inventory(run: Runner, root: Path) -> Inventory:
 
 
 def _cuda_inventory(run: Runner, root: Path) -> Inventory:
-    gpus = sorted(parse_nvidia_gpus(run(list(NVIDIA_GPU_QUERY))), key=lambda g: g.index)
-    topology = _topology(run, NVIDIA_TOPO)
+    """GPUs through NVML, else nvidia-smi (`nvidia_reader`)."""
+    reader = nvidia_reader(run)
+    gpus = sorted(reader.gpus(), key=lambda g: g.index)
+    topology = _topology(reader.topology, f"{reader.source}'s topology")
     nodes = numa_cpus(root)
     devices = [
         _accelerator(gpu.index, gpu.name, "gpu", (gpu.total_bytes, gpu.used_bytes), topology, nodes)
         for gpu in gpus
     ]
-    return Inventory("cuda", devices, topology)
+    return Inventory("cuda", devices, topology, source=reader.source)
 
 
 def _accelerator(
@@ -129,12 +126,12 @@ def _accelerator(
     return Device(device_id, name, memory[0], memory[1], kind, numa, cores)
 
 
-def _topology(run: Runner, argv: tuple[str, ...]) -> Topology | None:
-    """The tool's topology matrix; None (logged) where it cannot be read."""
+def _topology(read: Callable[[], Topology], what: str) -> Topology | None:
+    """The devices' topology; None (logged) where it cannot be read."""
     try:
-        return parse_topology(run(list(argv)))
+        return read()
     except (*_TOOL_ERRORS, ValueError) as err:
-        logger.info("no topology from %s: %s", " ".join(argv), _first_line(err))
+        logger.info("no topology from %s: %s", what, _first_line(err))
         return None
 
 

@@ -46,11 +46,18 @@ class Device:
 
 @dataclass(frozen=True)
 class Inventory:
-    """The devices of one platform on this host, ordered by id, and how they are linked."""
+    """The devices of one platform on this host, ordered by id, and how they are linked;
+    `source` is what they were read from (NVML or nvidia-smi, npu-smi, the NUMA nodes)."""
 
     platform: Platform
     devices: list[Device]
     topology: Topology | None = field(default=None, compare=False)
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            default = {"ascend": "npu-smi", "cuda": "nvidia-smi", "cpu": "NUMA nodes"}
+            object.__setattr__(self, "source", default[self.platform])
 
     @property
     def ids(self) -> list[int]:

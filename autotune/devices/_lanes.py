@@ -13,11 +13,10 @@ import logging
 from pathlib import Path
 
 from autotune.devices._cpu_slots import split_cpu
-from autotune.devices._discover import Runner
 from autotune.devices._inventory import DeviceError, Inventory
 from autotune.devices._pool import DevicePool
-from autotune.devices._records import DeviceProcess
-from autotune.devices._release import process_reader, run_tool
+from autotune.devices._records import DeviceProcess, Runner, run_tool
+from autotune.devices._release import process_reader
 from autotune.devices._selection import discover_selected, select_devices
 
 logger = logging.getLogger(__name__)

@@ -9,14 +9,8 @@ from pathlib import Path
 
 from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
 from autotune.devices._cpu import cpu_memory
-from autotune.devices._nvidia import (
-    NVIDIA_COMPUTE_CAP_QUERY,
-    NVIDIA_GPU_QUERY,
-    parse_compute_caps,
-    parse_nvidia_gpus,
-)
-from autotune.devices._records import DeviceMemory, SmiParseError
-from autotune.devices._release import Runner, run_tool
+from autotune.devices._nvml import nvidia_reader
+from autotune.devices._records import DeviceMemory, Runner, SmiParseError, run_tool
 
 logger = logging.getLogger(__name__)
 
@@ -74,11 +68,11 @@ def _tightest(
 
 
 def gpu_compute_capability(*, run: Runner | None = None) -> tuple[int, int] | None:
-    """The lowest compute capability of the host's GPUs, as nvidia-smi reports it; None when
-    nvidia-smi is not installed, fails or reports none (then nothing is judged by it)."""
+    """The lowest compute capability of the host's GPUs, as NVML (else nvidia-smi) reports it;
+    None when neither is there, one fails or reports none (then nothing is judged by it)."""
     try:
-        caps = parse_compute_caps(_output(run or run_tool, list(NVIDIA_COMPUTE_CAP_QUERY)))
-    except _NotInstalled:
+        caps = nvidia_reader(run).compute_caps()
+    except FileNotFoundError:
         return None
     except (subprocess.SubprocessError, SmiParseError, OSError) as err:
         logger.warning("cannot read the GPUs' compute capability: %s", err)
@@ -87,7 +81,11 @@ def gpu_compute_capability(*, run: Runner | None = None) -> tuple[int, int] | No
 
 
 def _gpus(run: Runner) -> dict[int, DeviceMemory | None]:
-    return {g.index: g.memory() for g in parse_nvidia_gpus(_output(run, list(NVIDIA_GPU_QUERY)))}
+    try:
+        gpus = nvidia_reader(run).gpus()
+    except FileNotFoundError as err:
+        raise _NotInstalled("nvidia-smi") from err
+    return {g.index: g.memory() for g in gpus}
 
 
 def _npus(run: Runner) -> dict[int, DeviceMemory | None]:

@@ -1,6 +1,7 @@
-"""What nvidia-smi's CSV queries say about GPUs and the processes holding their memory.
+"""What nvidia-smi's CSV queries say about GPUs and the processes holding their memory: the
+reader of NVIDIA GPUs where NVML cannot be loaded (`_nvml.py` chooses).
 
-Both parsers take the output of `--format=csv,noheader,nounits` and also accept it with the
+The parsers take the output of `--format=csv,noheader,nounits` and also accept it with the
 header line and the ` MiB` units (`--format=csv`). A field nvidia-smi cannot give reads
 `[N/A]` or `[Not Supported]`; it becomes None.
 """
@@ -11,7 +12,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autotune.devices._records import MIB, DeviceMemory, DeviceProcess, SmiParseError
+from autotune.devices._records import MIB, DeviceMemory, DeviceProcess, Runner, SmiParseError
+from autotune.devices._topology import NVIDIA_TOPO, Topology, parse_topology
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +121,29 @@ def parse_compute_caps(text: str) -> list[tuple[int, int]]:
 def gpu_devices(gpus: list[NvidiaGpu]) -> dict[str, str]:
     """UUID -> `cuda:INDEX`, to name the devices of `parse_nvidia_apps`."""
     return {gpu.uuid: gpu.device for gpu in gpus}
+
+
+@dataclass(frozen=True)
+class SmiReader:
+    """NVIDIA GPUs read from nvidia-smi's output, each query run by `run` (`run_tool`, or a
+    test's recorded output); the same answers as `NvmlReader`'s."""
+
+    run: Runner
+    source = "nvidia-smi"
+
+    def gpus(self) -> list[NvidiaGpu]:
+        return parse_nvidia_gpus(self.run(list(NVIDIA_GPU_QUERY)))
+
+    def apps(self, names: Mapping[str, str] | None = None) -> list[DeviceProcess]:
+        """Processes holding GPU memory, on `cuda:INDEX` where `names` maps their GPU's UUID
+        (`gpu_devices`), else on the UUID."""
+        return parse_nvidia_apps(self.run(list(NVIDIA_APPS_QUERY)), names)
+
+    def compute_caps(self) -> list[tuple[int, int]]:
+        return parse_compute_caps(self.run(list(NVIDIA_COMPUTE_CAP_QUERY)))
+
+    def topology(self) -> Topology:
+        return parse_topology(self.run(list(NVIDIA_TOPO)))
 
 
 def _csv_rows(text: str, header_starts: str) -> list[list[str]]:

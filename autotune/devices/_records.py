@@ -1,9 +1,14 @@
-"""The records every device reader returns: memory of one device, a process holding one."""
+"""The records every device reader returns (memory of one device, a process holding one), and
+how a device tool is run."""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 
+Runner = Callable[[list[str]], str]  # a device tool's argv -> its stdout
+TOOL_TIMEOUT_S = 10.0
 MIB = 1 << 20  # nvidia-smi reports MiB; npu-smi's "MB" columns are MiB too (HBM 65536 = 64 GiB)
 
 
@@ -48,3 +53,9 @@ class DeviceProcess:
     def is_one_of(self, pids: frozenset[int]) -> bool:
         """Whether this is one of `pids`, by host pid or by pid inside its container."""
         return self.pid in pids or (self.container_pid is not None and self.container_pid in pids)
+
+
+def run_tool(argv: list[str]) -> str:
+    """A device tool's stdout (10 s limit); raises as `subprocess.run(check=True)` does."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=True)
+    return done.stdout

@@ -28,19 +28,12 @@ from dataclasses import dataclass, field
 
 from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
 from autotune.devices._inventory import VISIBLE_DEVICES
-from autotune.devices._nvidia import (
-    NVIDIA_APPS_QUERY,
-    NVIDIA_GPU_QUERY,
-    gpu_devices,
-    parse_nvidia_apps,
-    parse_nvidia_gpus,
-)
-from autotune.devices._records import DeviceProcess, SmiParseError
+from autotune.devices._nvidia import gpu_devices
+from autotune.devices._nvml import nvidia_reader
+from autotune.devices._records import DeviceProcess, Runner, SmiParseError, run_tool
 
 logger = logging.getLogger(__name__)
 
-Runner = Callable[[list[str]], str]
-TOOL_TIMEOUT_S = 10.0
 _TOOLS = {"cuda": "nvidia-smi", "ascend": "npu-smi"}
 _CANDIDATES = {"cuda": ("cuda",), "ascend": ("ascend",), "any": ("cuda", "ascend")}
 SLACK_BYTES = 512 << 20  # memory above the level before the launch that counts as released
@@ -54,12 +47,6 @@ class ReleaseResult:
     waited_s: float
     holders: list[DeviceProcess] = field(default_factory=list)
     note: str = ""
-
-
-def run_tool(argv: list[str]) -> str:
-    """A device tool's stdout (10 s limit); raises as `subprocess.run(check=True)` does."""
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=True)
-    return done.stdout
 
 
 def wait_released(
@@ -173,12 +160,13 @@ def process_reader(platform: str, run: Runner) -> Callable[[], list[DeviceProces
 
 def _cuda_reader(run: Runner) -> Callable[[], list[DeviceProcess]]:
     """Processes on GPUs, named `cuda:INDEX` (GPUs are listed once, on the first read)."""
+    reader = nvidia_reader(run)
     names: dict[str, str] = {}
 
     def read() -> list[DeviceProcess]:
         if not names:
-            names.update(gpu_devices(parse_nvidia_gpus(run(list(NVIDIA_GPU_QUERY)))))
-        return parse_nvidia_apps(run(list(NVIDIA_APPS_QUERY)), names)
+            names.update(gpu_devices(reader.gpus()))
+        return reader.apps(names)
 
     return read
 
@@ -210,7 +198,7 @@ def used_memory(platform: str, run: Runner | None = None) -> dict[str, int]:
     runner = run or run_tool
     try:
         if platform == "cuda":
-            gpus = parse_nvidia_gpus(runner(list(NVIDIA_GPU_QUERY)))
+            gpus = nvidia_reader(runner).gpus()
             return {g.device: g.used_bytes for g in gpus if g.used_bytes is not None}
         npus = parse_npu_smi_info(runner(list(NPU_SMI_INFO))).devices
         return {d.device: d.hbm_used_bytes for d in npus}

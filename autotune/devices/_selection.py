@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from autotune.devices._discover import Runner, discover
+from autotune.devices._discover import discover
 from autotune.devices._inventory import VISIBLE_DEVICES, DeviceError, Inventory
 from autotune.devices._numa import format_cpulist
+from autotune.devices._records import Runner
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,15 @@ import platform
 import sys
 from importlib import metadata
 
-from autotune.devices import DeviceError, Inventory, discover, parse_cpulist
+from autotune.devices import (
+    DeviceError,
+    Inventory,
+    Runner,
+    discover,
+    nvidia_reader,
+    parse_cpulist,
+    run_tool,
+)
 from autotune.doctor._records import Check, HostInputs, free_bytes, size
 from autotune.engine import free_port
 from autotune.host import vllm_distributions
@@ -68,13 +76,16 @@ def platform_check(host: HostInputs) -> tuple[Inventory | None, Check]:
 
     problems = []
     for kind, tool in _TOOLS:
+        run: Runner | None = probe
+        if kind == "cuda" and host.run is run_tool and nvidia_reader().source == "NVML":
+            run = None  # the tuner reads the GPUs through NVML: so does this check
         try:
-            inventory = discover(kind, run=probe, root=host.root)
+            inventory = discover(kind, run=run, root=host.root)
         except DeviceError as err:
             if tool not in missing:
                 problems.append(str(err))
             continue
-        return inventory, Check("platform", "ok", _accelerators(inventory, tool))
+        return inventory, Check("platform", "ok", _accelerators(inventory))
     try:
         inventory = discover("cpu", root=host.root)
     except DeviceError as err:
@@ -86,12 +97,12 @@ def platform_check(host: HostInputs) -> tuple[Inventory | None, Check]:
     return inventory, Check("platform", "ok", detail)
 
 
-def _accelerators(inventory: Inventory, tool: str) -> str:
+def _accelerators(inventory: Inventory) -> str:
     names = ", ".join(sorted({d.name for d in inventory.devices}))
     free = [free_bytes(inventory, d.id) for d in inventory.devices]
     known = [f for f in free if f is not None]
     least = f", least free {size(min(known))}" if known else ""
-    return f"{inventory.platform}: {len(free)} × {names} ({tool}){least}"
+    return f"{inventory.platform}: {len(free)} × {names} ({inventory.source}){least}"
 
 
 def _cpu(inventory: Inventory) -> str:

@@ -30,10 +30,9 @@ from autotune import layout
 from autotune.bench import RequestRecord, RequestSpec
 from autotune.devices import (
     NPU_SMI_INFO,
-    NVIDIA_APPS_QUERY,
     SmiParseError,
+    nvidia_reader,
     parse_npu_smi_info,
-    parse_nvidia_apps,
     run_tool,
 )
 from autotune.engine._args import env_file_text, to_yaml_text
@@ -343,7 +342,7 @@ class PeakMemory:
     def _device_bytes(self, pids: set[int]) -> int | None:
         try:
             if self.platform == "cuda":
-                listed = parse_nvidia_apps(self.run(list(NVIDIA_APPS_QUERY)))
+                listed = nvidia_reader(self.run).apps()
             else:
                 listed = parse_npu_smi_info(self.run(list(NPU_SMI_INFO))).processes
         except (OSError, subprocess.SubprocessError, SmiParseError) as err:

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+import sim_nvml
 from devices.fake_host import SMI_FIXTURES, fake_host, tools
+from sim_devices import Host, install
 
-from autotune.devices import NVIDIA_GPU_QUERY
+from autotune.devices import NVIDIA_GPU_QUERY, run_tool
 from autotune.doctor import Check, HostInputs, run_checks
 from autotune.doctor import _host as doctor_host
 from autotune.engine import unused_shm
@@ -90,6 +92,20 @@ def test_stand_in_nvidia_smi_makes_a_cuda_host(cpu_root: Path, tmp_path: Path) -
     assert platform.status == "ok"
     assert platform.detail == "cuda: 4 × NVIDIA A10G (nvidia-smi), least free 1.0 GiB"
     assert "cpu isa" not in [c.name for c in checks]  # a CPU matter only
+
+
+def test_a_gpu_host_is_checked_through_nvml_as_the_tuner_reads_it(
+    cpu_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML loads (the stand-in tests/sim_nvml.py) and no nvidia-smi is on PATH: the check
+    finds the GPUs where the tuner will, and says it read them through NVML."""
+    state = tmp_path / "sim"
+    install(state, Host.cuda_a10g({}))
+    monkeypatch.setenv("SIM_DEVICES", str(state))
+    monkeypatch.setitem(sys.modules, "pynvml", sim_nvml)
+    checks = run_checks(None, None, tmp_path, inputs(cpu_root, tmp_path, run=run_tool))
+    platform = check(checks, "platform")
+    assert platform.detail == "cuda: 4 × NVIDIA A10G (NVML), least free 22.2 GiB", platform
 
 
 def test_a_device_tool_that_fails_is_a_warning(cpu_root: Path, tmp_path: Path) -> None:

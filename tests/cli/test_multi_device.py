@@ -1,19 +1,21 @@
 """`autotune tune --parallel auto`, `confirm`, `profile` and `export` on a simulated multi-device
 host (tests/sim_devices.py): an 8 x 910B3 Ascend host with two NPUs held by another job, and a
-4-GPU CUDA host with one GPU held. The device tool is a stand-in first on PATH whose memory
-follows the fake engines; each engine takes its devices' memory as vLLM does, and fails with
-vLLM's error where that memory is not free, so a lease on a held device, or a re-lease before
-the last engine's memory came back, shows up as a failed trial.
+4-GPU CUDA host with one GPU held. The device tool (npu-smi first on PATH; NVML on the GPU
+host) is a stand-in whose memory follows the fake engines; each engine takes its devices' memory
+as vLLM does, and fails with vLLM's error where that memory is not free, so a lease on a held
+device, or a re-lease before the last engine's memory came back, shows up as a failed trial.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import sim_nvml
 from sim_devices import Host, engines, install
 from typer.testing import CliRunner, Result
 
@@ -98,10 +100,15 @@ def case(request: pytest.FixtureRequest) -> Case:
 
 @pytest.fixture
 def sim(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The simulated host, its tool first on PATH; returns its state folder."""
+    """The simulated host, its tool first on PATH; returns its state folder. GPUs are read
+    through NVML, as on a real host (nvidia-ml-py: the stand-in tests/sim_nvml.py), with no
+    nvidia-smi to fall back on: every read of them must go through NVML."""
     state = tmp_path / "sim"
     bin_dir = install(state, case.host)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    if case.host.platform == "cuda":
+        monkeypatch.setitem(sys.modules, "pynvml", sim_nvml)
+    else:
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SIM_DEVICES", str(state))
     monkeypatch.setenv("FAKE_PROFILE_TRACE", str(TRACE))
     return state
