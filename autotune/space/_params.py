@@ -62,6 +62,22 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+# What places a trial's engine on the host: the tuner sets it (a lease's devices) or keeps it the
+# same for every trial; a parameter may not vary it (docs/devices.md). On CPU a lease's core slot
+# replaces the binding a parameter chose (study/_harness.py), so that one may be tuned.
+PLACEMENT_ENV = {
+    "CUDA_VISIBLE_DEVICES": "each trial's lease sets it (narrow the pool with --devices)",
+    "ASCEND_RT_VISIBLE_DEVICES": "each trial's lease sets it (narrow the pool with --devices)",
+}
+PLACEMENT_OPTIONS = {
+    ("additional_config", "enable_cpu_binding"): (
+        "vllm-ascend pins each worker to a CPU pool sliced from the same CPU set for every "
+        "NPU, so trials side by side get disjoint pools only when all bind alike; set it under "
+        "`fixed:` (on by default on ARM since vllm-ascend 0.18.0rc1)"
+    ),
+}
+
+
 class _ParamBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -128,11 +144,22 @@ class _ParamBase(BaseModel):
             found.append(("option", f"empty key in '{self.option}'"))
         if self.scale is not None and not isinstance(self, IntParam):
             found.append(("scale", "only int parameters take a scale"))
+        found.extend(self._placement_issues())
         found.extend(self._memory_issues())
         found.extend(self._range_issues())
         if not found and not self.contains(self.baseline_value()):
             found.append(("baseline", self._baseline_message()))
         return found
+
+    def _placement_issues(self) -> list[Issue]:
+        """Where a trial's engine runs is the tuner's to set, the same for every trial."""
+        if self.env is not None and self.env in PLACEMENT_ENV:
+            return [("env", f"'{self.env}' cannot be tuned: {PLACEMENT_ENV[self.env]}")]
+        if self.env is None and self.option_path in PLACEMENT_OPTIONS:
+            why = PLACEMENT_OPTIONS[self.option_path]
+            field = "option" if self.option is not None else "name"
+            return [(field, f"'{'.'.join(self.option_path)}' cannot be tuned: {why}")]
+        return []
 
     def contains(self, value: Any) -> bool:
         """Whether `value` is a valid value of this parameter."""

@@ -187,6 +187,18 @@ CASES = {
         " scale: 1048576, low: 0, high: 512, step: 128, baseline: 256}",
         r"parameters\[0\]\.low: kv_cache_memory_bytes must be >= 1 \(got 0 = 0\)",
     ),
+    "cpu_binding_tuned_on_ascend": (
+        "platform: ascend\nparameters:\n  - {name: bind, type: bool, baseline: true,"
+        " option: additional_config.enable_cpu_binding}",
+        r"parameters\[0\]\.option: 'additional_config\.enable_cpu_binding' cannot be tuned: "
+        r"vllm-ascend pins each worker",
+    ),
+    "visible_devices_tuned": (
+        "parameters:\n  - {name: gpus, env: CUDA_VISIBLE_DEVICES, type: categorical,"
+        " choices: ['0', '1'], baseline: '0'}",
+        r"parameters\[0\]\.env: 'CUDA_VISIBLE_DEVICES' cannot be tuned: each trial's lease sets "
+        r"it \(narrow the pool with --devices\)",
+    ),
     "unknown_graph_mode_on_ascend": (
         "platform: ascend\nparameters:\n  - {name: g, option: compilation_config.cudagraph_mode,"
         " type: categorical, choices: [null, FULL, FULLGRAPH], baseline: null}",
