@@ -4,7 +4,9 @@ An engine stand-in (tests/fake_engine.py with FAKE_ENGINE_TORCH=1: vLLM's server
 memory held with torch as vLLM's workers hold `gpu_memory_utilization` of each device) is run
 by the tuner's own launcher on a device leased from the tuner's own pool. Checked:
 
-1. `nvidia-smi`: the queries the tuner runs are parsed (their raw output is kept as fixtures);
+1. the GPUs are listed as the tuner lists them (NVML where nvidia-ml-py loads, else nvidia-smi);
+   where NVML loads, it and nvidia-smi agree on devices, links and compute capability; the raw
+   output of the nvidia-smi queries the tuner runs is kept as fixtures;
 2. the engine sees only its lease (`CUDA_VISIBLE_DEVICES`): one device, the leased GPU's UUID;
 3. while it runs, nvidia-smi lists its process on that GPU, and the memory estimate's reading
    of the leased device shows the memory held;
@@ -90,7 +92,9 @@ def _run(check: Check, inventory: Any, args: argparse.Namespace) -> None:
          "used_gib": (d.used_bytes or 0) / GIB, "numa": d.numa_node}
         for d in inventory.devices
     ]  # fmt: skip
-    check.record("nvidia-smi parsed", bool(gpus), gpus=gpus, topology=bool(inventory.topology))
+    check.record("GPUs listed", bool(gpus), gpus=gpus, topology=bool(inventory.topology),
+                 source=inventory.source)  # fmt: skip
+    _readers_agree(check)
     pool, _ = plan_lanes("cuda", "auto", busy_share=0.1)  # a GPU another job holds is left out
     assert pool is not None
     settings = LaunchSettings(
@@ -109,6 +113,28 @@ def _run(check: Check, inventory: Any, args: argparse.Namespace) -> None:
         _holds(check, lease, before, settings, args.out / "engines" / "holds")
     with pool.acquire(1) as lease:
         _too_big(check, lease, before.available_bytes, settings, args.out / "engines" / "oom")
+
+
+def _readers_agree(check: Check) -> None:
+    """Where NVML loads (nvidia-ml-py installed), it and nvidia-smi list the same GPUs and
+    links, and the same compute capability; without it the tuner reads nvidia-smi alone."""
+    from autotune.devices import discover, gpu_compute_capability, nvidia_reader, run_tool
+
+    if nvidia_reader().source != "NVML":
+        print("gpu-check: NVML does not load here (nvidia-ml-py?): GPUs read with nvidia-smi")
+        return
+    smi = lambda argv: run_tool(argv)  # noqa: E731 (not run_tool itself: that one gets NVML)
+    nvml, text = discover("cuda"), discover("cuda", run=smi)
+    same = [(d.id, d.name, d.total_bytes) for d in nvml.devices] == [
+        (d.id, d.name, d.total_bytes) for d in text.devices
+    ]
+    links = (nvml.topology.links if nvml.topology else None,
+             text.topology.links if text.topology else None)  # fmt: skip
+    caps = (gpu_compute_capability(), gpu_compute_capability(run=smi))
+    ok = same and links[0] == links[1] and caps[0] == caps[1]
+    shown = {"-".join(map(str, pair)): kind for pair, kind in (links[0] or {}).items()}
+    check.record("NVML and nvidia-smi agree", ok, devices=same, links_same=links[0] == links[1],
+                 links=shown, caps=caps)  # fmt: skip
 
 
 def _keep_tool_output(folder: Path) -> None:
