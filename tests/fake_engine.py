@@ -17,6 +17,9 @@ Unknown flags are ignored. Timing is simulated: at most `max-num-seqs` requests 
 - FAKE_ENGINE_CHILD=1: start a child process (as vLLM's engine core) that maps a shared-memory
   segment, so that teardown and shared-memory cleanup have something real to do;
 - FAKE_ENGINE_STEP_S: base decode step (0.002);
+- `quantization: fp8` in the config: a 30% shorter decode step, and greedy outputs that part
+  from the others' on some prompts (a change of numerics, for --min-agreement); a non-streamed
+  completion of a list of prompts answers with each one's token ids (`return_token_ids`);
 - SIM_DEVICES=DIR: run on the simulated multi-device host of tests/sim_devices.py: take
   gpu_memory_utilization of each visible device's memory at start-up (vLLM's error, and exit 1,
   when it is not free) and give it back on exit;
@@ -36,6 +39,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +74,7 @@ class Engine:
         self.blocks: set[int] = set()  # hashes of the prompt prefixes cached, block by block
         self.counters = {"prefix_cache_queries": 0, "prefix_cache_hits": 0}
         self.max_num_seqs = int(config.get("max_num_seqs", 128))
+        self.fp8 = config.get("quantization") == "fp8"
         self.names = {str(config.get("served_model_name") or config.get("model", "fake"))}
         self.slots = asyncio.Semaphore(self.max_num_seqs)
         self.running = 0
@@ -77,7 +82,28 @@ class Engine:
         self.fields: list[str] = []  # of the last completion request; logged when they change
 
     def step_s(self) -> float:
-        return STEP_S + STEP_PER_SEQ_S * self.running
+        return (STEP_S + STEP_PER_SEQ_S * self.running) * (0.7 if self.fp8 else 1.0)
+
+    def greedy(self, prompt: str, max_tokens: int) -> list[int]:
+        """Deterministic token ids of `prompt` (any process); with fp8 they part from the
+        others' at a prompt-dependent position (past the end for about half the prompts)."""
+        ids = [zlib.crc32(f"{prompt}/{i}".encode()) % 2048 for i in range(max_tokens)]
+        if self.fp8:
+            parts = zlib.crc32(prompt.encode()) % (2 * max_tokens)
+            ids = [t if i < parts else (t + 1) % 2048 for i, t in enumerate(ids)]
+        return ids
+
+    async def complete_at_once(self, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        """A non-streamed completion of a list of prompts (the agreement prompts)."""
+        max_tokens = int(body.get("max_tokens") or 16)
+        choices = [
+            {"index": k, "text": "x" * max_tokens, "token_ids": self.greedy(p, max_tokens),
+             "finish_reason": "length"}
+            for k, p in enumerate(body["prompt"])
+        ]  # fmt: skip
+        await asyncio.sleep(self.step_s() * max_tokens)
+        await respond(writer, 200, {"id": "cmpl-fake", "object": "text_completion",
+                                    "model": body.get("model"), "choices": choices})  # fmt: skip
 
     def look_up(self, prompt: str | list[int], tokens: int) -> None:
         """Count the prompt's tokens found in the prefix cache, as vLLM's counters do: whole
@@ -199,6 +225,8 @@ async def handle(
             if body.get("model") not in engine.names:
                 error = {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}
                 await respond(writer, 404, {"error": error})
+            elif not body.get("stream") and _texts(body.get("prompt")):
+                await engine.complete_at_once(body, writer)
             else:
                 await engine.complete(body, writer)
         else:
@@ -207,6 +235,10 @@ async def handle(
         pass  # a malformed request or a client that went away: just close
     finally:
         writer.close()
+
+
+def _texts(prompt: Any) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and all(isinstance(p, str) for p in prompt)
 
 
 def load_config(path: str | None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from autotune.selection import (
     baseline,
     clear_of_noise,
     closest,
+    headroom,
     margin,
     miss_text,
     misses,
@@ -233,6 +234,20 @@ def test_pick_without_feasible_trial_names_the_closest(trial: Make) -> None:
     ]
     assert round(misses(trials[2])[1].bound) == 2000
     assert misses(trials[1]) and miss_text(trials[1]) == "p99_ttft_ms 2,400 > 2,000 (+20%)"
+
+
+def test_an_agreement_below_its_bound_is_a_miss_but_no_slo(trial: Make) -> None:
+    low = trial(0, 900, constraints={"failed": 0.0, "p99_ttft_ms": -0.5, "agreement": 0.35})
+    low.metrics["agreement_tokens"] = 0.6
+    unknown = trial(1, 1000, constraints={"failed": 0.0, "agreement": 1.0})
+    assert miss_text(low) == "agreement_tokens 0.60 < 0.95 (-37%)"
+    assert [m.name for m in misses(low)] == ["agreement_tokens"] and misses(low)[0].below
+    assert miss_text(unknown).startswith("agreement_tokens not measured")
+    with pytest.raises(InfeasibleError, match=r"closest is trial 0 \(agreement_tokens 0.60"):
+        pick([low, unknown], OBJECTIVES)
+    # Not an SLO: a config's headroom is that of its latency bounds alone.
+    agreed = trial(2, 1000, constraints={"failed": 0.0, "p99_ttft_ms": -0.5, "agreement": -0.05})
+    assert headroom(agreed) == 0.5
 
 
 def test_pick_unknown_rule(front: list[TrialRecord]) -> None:

@@ -14,6 +14,7 @@ from autotune.bench._counters import EngineCounters, parse_counters, rates, with
 from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
 from autotune.bench._load import LoadProfile
 from autotune.bench._metrics import (
+    AGREEMENT,
     ENGINE_RATES,
     METRIC_NAMES,
     OPTIONAL,
@@ -26,6 +27,7 @@ from autotune.bench._metrics import (
     percentile,
     spread,
     summarize,
+    with_agreement,
     with_cost,
 )
 from autotune.bench._percentiles import (
@@ -57,6 +59,7 @@ from autotune.bench._workload import (
 )
 
 __all__ = [
+    "AGREEMENT",
     "ENGINE_RATES",
     "LOAD_CLIENTS",
     "METRIC_NAMES",
@@ -109,6 +112,7 @@ __all__ = [
     "spread",
     "summarize",
     "thin_percentiles",
+    "with_agreement",
     "with_cost",
     "with_rates",
     "write_records",

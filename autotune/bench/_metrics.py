@@ -24,14 +24,17 @@ ENGINE_RATES = (
     "engine_mean_ttft_ms",
     "engine_mean_tpot_ms",
 )
+# How far a config's greedy outputs agree with the baseline's (measure/_agreement.py).
+AGREEMENT = ("agreement_exact", "agreement_tokens")
 # Metrics a run may not have: None in the Summary, left out where metrics are stored.
-OPTIONAL = ("capacity_rps", "peak_memory_gib", "cost_per_mtok", *ENGINE_RATES)
+OPTIONAL = ("capacity_rps", "peak_memory_gib", "cost_per_mtok", *ENGINE_RATES, *AGREEMENT)
 METRIC_NAMES: tuple[str, ...] = (
     *THROUGHPUTS,
     "capacity_rps",
     "peak_memory_gib",
     "cost_per_mtok",
     *ENGINE_RATES,
+    *AGREEMENT,
     "errors",
     "error_rate",
     *(f"{stat}_{latency}_ms" for latency in LATENCIES for stat in STATS),
@@ -85,6 +88,9 @@ class Summary(BaseModel):
     spec_acceptance_length: float | None = None
     engine_mean_ttft_ms: float | None = None
     engine_mean_tpot_ms: float | None = None
+    # With --min-agreement: the greedy outputs' agreement with the baseline's (`with_agreement`).
+    agreement_exact: float | None = None
+    agreement_tokens: float | None = None
 
     def metric(self, name: str) -> float:
         """A metric by its flat name (see METRIC_NAMES), e.g. `p99_ttft_ms`."""
@@ -94,7 +100,7 @@ class Summary(BaseModel):
             return float(self.errors)
         if name == "capacity_rps":
             return float(self.capacity_rps or 0.0)  # 0 when not searched (never NaN)
-        if name in ("peak_memory_gib", "cost_per_mtok") or name in ENGINE_RATES:
+        if name in ("peak_memory_gib", "cost_per_mtok") or name in (*ENGINE_RATES, *AGREEMENT):
             value = getattr(self, name)
             return math.nan if value is None else float(value)
         if name == "error_rate":
@@ -104,6 +110,11 @@ class Summary(BaseModel):
             return float(getattr(self, name))
         stat, latency, _ = name.split("_")
         return float(getattr(getattr(self, f"{latency}_ms"), stat))
+
+
+def with_agreement(summary: Summary, exact: float, tokens: float) -> Summary:
+    """`summary` with the trial's agreement with the baseline's greedy outputs."""
+    return summary.model_copy(update={"agreement_exact": exact, "agreement_tokens": tokens})
 
 
 def with_cost(summary: Summary, per_device_hour: float, devices: int) -> Summary:

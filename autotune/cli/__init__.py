@@ -70,6 +70,9 @@ app.add_typer(_spaces.app, name="spaces")
 def make_tiny_model(
     path: Annotated[Path, typer.Argument(help="Folder to write the model to")],
     seed: Annotated[int, typer.Option(help="Weights and tokenizer seed")] = 0,
+    dtype: Annotated[
+        str, typer.Option(help="bfloat16 or float32 (one seed, one set of weights)")
+    ] = "bfloat16",
 ) -> None:
     """Write the tiny random-weight Llama (+ tokenizer) used by the demo and the tests."""
     from autotune.tinymodel import ModelFolderError
@@ -77,7 +80,7 @@ def make_tiny_model(
 
     with cli_errors():
         try:
-            make(path, seed=seed)
+            make(path, seed=seed, dtype=dtype)
         except ModelFolderError as exc:
             raise InputError(str(exc)) from None
         console.print(f"wrote a tiny random-weight Llama to {path}")

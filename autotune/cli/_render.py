@@ -189,7 +189,8 @@ def _columns(rows: Sequence[TrialRecord]) -> list[str]:
         heads.append("capacity req/s")
     if any("peak_memory_gib" in t.metrics for t in rows):
         heads.append("peak GiB")
-    return [*heads, "out tok/s", "vs base", "TTFT p50/p99 ms", "TPOT p50/p99 ms"]
+    tail = ["agree"] if any("agreement_tokens" in t.metrics for t in rows) else []
+    return [*heads, "out tok/s", "vs base", "TTFT p50/p99 ms", "TPOT p50/p99 ms", *tail]
 
 
 def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None) -> list[str]:
@@ -202,6 +203,7 @@ def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None) -> li
         "vs base": _ratio(t.metric("output_throughput"), base_tps),
         "TTFT p50/p99 ms": f"{t.metric('p50_ttft_ms'):.1f} / {t.metric('p99_ttft_ms'):.1f}",
         "TPOT p50/p99 ms": f"{t.metric('p50_tpot_ms'):.2f} / {t.metric('p99_tpot_ms'):.2f}",
+        "agree": f"{t.metric('agreement_tokens'):.2f}",  # share of the baseline's greedy tokens
     }
     return [cells[h] for h in heads]
 
@@ -209,7 +211,7 @@ def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None) -> li
 def _status(t: TrialRecord, limit: int | None = None) -> str:
     """What became of the trial; a failure's reason cause first (`failure_headline`), cut to
     `limit` characters if given."""
-    status = t.status if t.feasible or not t.measured else "ok (misses SLO)"
+    status = t.status if t.feasible or not t.measured else _infeasible(t)
     if t.repair_of is not None:  # before the reason: a long one wraps, the link stays whole
         status += f" (repair of {t.repair_of})"
     if t.remeasure_of is not None:  # the incumbent run again (autotune.search._remeasure)
@@ -220,6 +222,13 @@ def _status(t: TrialRecord, limit: int | None = None) -> str:
             reason = reason[: limit - 1] + "…"
         status = f"{status}: {reason}"
     return f"~ {status}" if t.status in PREDICTED_STATUSES else status
+
+
+def _infeasible(t: TrialRecord) -> str:
+    worst = next(iter(misses(t)), None)
+    if worst is not None and worst.below:
+        return "ok (answers otherwise)"
+    return "ok (misses SLO)"
 
 
 def _status_text(t: TrialRecord, text: str) -> Text:
@@ -357,7 +366,12 @@ def print_infeasible(
     )
     worst = next(iter(misses(near)), None)
     tips = []
-    if worst is not None and worst.name != "error_rate":
+    if worst is not None and worst.below:
+        tips.append(
+            "a lower --min-agreement, or a space without the options that change what the "
+            "model answers (quantization, kv_cache_dtype, speculative_config)"
+        )
+    elif worst is not None and worst.name != "error_rate":
         tips.append(
             f"a looser bound (--slo {worst.name}={worst.measured * 1.1:.0f}, or relative to "
             f"what runs today: --slo {worst.name}=baseline*1.2)"

@@ -185,6 +185,13 @@ def tune(
         int | None,
         typer.Option(help="Benchmark runs per trial on its engine; objectives are medians"),
     ] = None,
+    min_agreement: Annotated[
+        float | None,
+        typer.Option(
+            help="Greedy outputs of fixed prompts compared with the baseline's: a config whose "
+            "share of agreeing tokens is lower is infeasible (0: measure only)"
+        ),
+    ] = None,
     load_client: Annotated[
         str | None,
         typer.Option(
@@ -268,7 +275,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     for key in (
         *("search", "sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
         *("repeats", "prune", "confirm", "confirm_rounds", "scenario", "remeasure"),
-        *("device_cost_per_hour", "reingest"),
+        *("device_cost_per_hour", "reingest", "min_agreement"),
     ):
         if flags[key] is not None:
             out[key] = flags[key]

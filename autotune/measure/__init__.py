@@ -1,10 +1,19 @@
 """One config's device work, with no Optuna in it: start the engine, run the workload, tear
-down (`measure`); stop a benchmark early once its requests decide it (`make_judge`); what a
-measurement means as objective and constraint values; profile a config (`profile_config`).
+down (`measure`); stop a benchmark early once its requests decide it (`make_judge`); compare a
+config's greedy outputs with the baseline's (`agreement_of`); what a measurement means as
+objective and constraint values; profile a config (`profile_config`).
 
 `autotune.study` drives it once per trial; benchmarks drive it directly.
 """
 
+from autotune.measure._agreement import (
+    PROMPTS,
+    Agreement,
+    AgreementError,
+    Reference,
+    agreement_of,
+    greedy_outputs,
+)
 from autotune.measure._measure import (
     Measure,
     Measurement,
@@ -12,8 +21,10 @@ from autotune.measure._measure import (
     load_measurement,
     measure,
     resummarized,
+    save_measurement,
 )
 from autotune.measure._objectives import (
+    AGREEMENT,
     ERROR_RATE,
     FAILED,
     OOM,
@@ -26,11 +37,15 @@ from autotune.measure._profile import ProfileError, ProfilePlan, profile_config
 from autotune.measure._prune import FrontPoint, Judge, PruneRule, make_judge
 
 __all__ = [
+    "AGREEMENT",
     "ERROR_RATE",
     "FAILED",
     "OOM",
+    "PROMPTS",
     "WORST_MAXIMIZE",
     "WORST_MINIMIZE",
+    "Agreement",
+    "AgreementError",
     "FrontPoint",
     "Judge",
     "Measure",
@@ -38,12 +53,16 @@ __all__ = [
     "ProfileError",
     "ProfilePlan",
     "PruneRule",
+    "Reference",
     "Workplan",
+    "agreement_of",
     "constraint_values",
+    "greedy_outputs",
     "load_measurement",
     "make_judge",
     "measure",
     "objective_values",
     "profile_config",
     "resummarized",
+    "save_measurement",
 ]

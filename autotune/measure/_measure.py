@@ -37,6 +37,7 @@ from autotune.bench import (
     run_benchmark,
     spread,
     summarize,
+    with_agreement,
     with_cost,
     with_rates,
     write_records,
@@ -49,6 +50,16 @@ from autotune.engine import (
     TeardownError,
     launch,
     run_offline,
+)
+from autotune.measure._agreement import (
+    Agreement,
+    AgreementError,
+    Output,
+    Reference,
+    agreement_of,
+    greedy_outputs,
+    read_outputs,
+    write_outputs,
 )
 from autotune.measure._objectives import constraint_values
 from autotune.measure._prune import Judge
@@ -79,6 +90,9 @@ class Workplan:
     device_cost_per_hour: float | None = None  # then each trial's cost_per_mtok is measured
     load_client: LoadClientName = "autotune"  # who sends the measured requests (bench/_run.py)
     tokenizer: str | None = None  # the model's folder, for vllm-bench's prompt lengths
+    # With --min-agreement: each trial's greedy outputs are compared with these, the baseline's
+    # (measure/_agreement.py); None: not asked for.
+    agreement: Reference | None = None
 
     def client(self) -> dict[str, Any]:
         """`run_benchmark`'s keywords that pick the load client of the measured requests."""
@@ -106,6 +120,10 @@ class Measurement:
     # requests), kept in memory so that new bounds re-summarize them without a read
     # (`resummarized`); on disk they are `requests.jsonl` / `runs/`.
     runs: list[list[RequestRecord]] = field(default_factory=list, repr=False, compare=False)
+    # With --min-agreement: the greedy outputs (`greedy.json`) and their agreement with the
+    # baseline's (None for the baseline until it is recorded as the reference).
+    greedy: list[Output] | None = field(default=None, repr=False, compare=False)
+    agreement: Agreement | None = None
 
     @property
     def ok(self) -> bool:
@@ -176,6 +194,8 @@ def measure(
                     _fail(result, engine.failure(TrialStatus.CRASH))
                 else:
                     result.engine.counters = counters.counted()
+                    if plan.agreement is not None:  # after the counters: not measured traffic
+                        _agree(result, engine.url, config.api_model_name, plan.agreement, trial_dir)
                     result.runs = runs or [records]
                     if len(runs) > 1:
                         result.spread = _finite(spread([summarize(r, plan.slos) for r in runs]))
@@ -199,6 +219,22 @@ def measure(
     result.device_s = round(clock() - started, 2)
     save_measurement(trial_dir, result)
     return result
+
+
+def _agree(
+    result: Measurement, url: str, model: str, reference: Reference, trial_dir: Path
+) -> None:
+    """The engine's greedy outputs, kept, and compared with the baseline's where known; an
+    engine that does not answer leaves the trial's agreement unknown (a warning)."""
+    try:
+        outputs = greedy_outputs(url, model)
+    except AgreementError as exc:
+        logger.warning("%s: %s", trial_dir.name, exc)
+        return
+    write_outputs(trial_dir, outputs)
+    result.greedy = outputs
+    if reference.outputs:
+        result.agreement = agreement_of(reference.outputs, outputs)
 
 
 def measure_offline(
@@ -364,6 +400,7 @@ def save_measurement(trial_dir: Path, m: Measurement) -> None:
         "log_tail": m.log_tail,
         "teardown_error": m.teardown_error,
         "spread": m.spread,
+        "agreement": m.agreement.to_dict() if m.agreement is not None else None,
     }
     trial_dir.mkdir(parents=True, exist_ok=True)
     tmp = trial_dir / (layout.MEASUREMENT + ".tmp")
@@ -385,6 +422,8 @@ def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement 
         log_tail=str(data.get("log_tail") or ""),
         teardown_error=data.get("teardown_error"),
         spread=dict(data.get("spread") or {}),
+        greedy=read_outputs(trial_dir),
+        agreement=Agreement.read(data.get("agreement")),
     )
     if m.status in (TrialStatus.OK, TrialStatus.PRUNED):
         try:
@@ -419,6 +458,8 @@ def summary_of(m: Measurement, slos: Mapping[str, float]) -> Summary:
     summary = with_counters(_with_peak(summary, m.engine), m.engine)
     if m.engine.cost is not None:
         summary = with_cost(summary, m.engine.cost.per_device_hour, m.engine.cost.devices)
+    if m.agreement is not None:
+        summary = with_agreement(summary, m.agreement.exact, m.agreement.tokens)
     return summary
 
 

@@ -20,6 +20,7 @@ WORST_MINIMIZE = 1e9
 FAILED = "failed"
 OOM = "oom"
 ERROR_RATE = "error_rate"
+AGREEMENT = "agreement"
 # Statuses that mean "this config needs more memory than there is".
 
 
@@ -36,20 +37,31 @@ def _finite(value: float, direction: str) -> float:
 
 
 def constraint_values(
-    summary: Summary | None, slos: Mapping[str, float], max_error_rate: float, status: str = ""
+    summary: Summary | None,
+    slos: Mapping[str, float],
+    max_error_rate: float,
+    status: str = "",
+    min_agreement: float | None = None,
 ) -> dict[str, float]:
     """Constraint name -> value (<= 0 feasible). Every trial gets the same names.
 
     `failed` is positive for every trial without a measurement, `oom` only for those that ran
     out of memory (or were predicted to), so the samplers learn the memory boundary apart from
     other failures. SLO constraints are relative (`measured / bound - 1`), so that violations
-    of different units can be compared and summed by the samplers.
+    of different units can be compared and summed by the samplers. With `min_agreement`,
+    `agreement` is `min_agreement - agreement_tokens`: a config that answers otherwise than
+    the baseline is infeasible, as one that misses an SLO, and so is one whose outputs are
+    unknown (its engine did not answer the prompts).
     """
     oom = 1.0 if status in OOM_STATUSES else 0.0
     if summary is None:
-        return {FAILED: 1.0, OOM: oom, ERROR_RATE: 1.0, **{name: 1.0 for name in slos}}
+        values = {FAILED: 1.0, OOM: oom, ERROR_RATE: 1.0, **{name: 1.0 for name in slos}}
+        return values | ({AGREEMENT: 1.0} if min_agreement is not None else {})
     values = {FAILED: 0.0, OOM: 0.0, ERROR_RATE: summary.metric("error_rate") - max_error_rate}
     for name, bound in slos.items():
         measured = summary.metric(name)
         values[name] = 1.0 if measured != measured else measured / bound - 1.0 if bound else 0.0
+    if min_agreement is not None:
+        agreed = summary.metric("agreement_tokens")
+        values[AGREEMENT] = 1.0 if agreed != agreed else min_agreement - agreed
     return values

@@ -233,6 +233,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         device_cost_per_hour=spec.device_cost_per_hour,
         load_client=spec.load_client,
         tokenizer=spec.model,
+        agreement=bounds.reference,
     )
     if spec.load_client == "vllm-bench":
         try:

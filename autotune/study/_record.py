@@ -9,6 +9,7 @@ repair of an OOM queued after it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -19,11 +20,18 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from autotune import layout
 from autotune import store as keys
-from autotune.bench import METRIC_NAMES, OPTIONAL
+from autotune.bench import METRIC_NAMES, OPTIONAL, with_agreement
 from autotune.engine import EngineConfig, to_yaml_dict
-from autotune.measure import Measurement, constraint_values, objective_values, resummarized
+from autotune.measure import (
+    Agreement,
+    Measurement,
+    constraint_values,
+    objective_values,
+    resummarized,
+    save_measurement,
+)
 from autotune.search import told_objectives
-from autotune.selection import BASIS_ATTR, SLOS_ATTR
+from autotune.selection import BASIS_ATTR, REFERENCE_ATTR, SLOS_ATTR
 from autotune.space import SearchSpace, repair
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
@@ -71,7 +79,10 @@ class Recorder:
         assert verdict.status is not None
         trial.set_user_attr(keys.STATUS, verdict.status)
         trial.set_user_attr(keys.REASON, verdict.reason)
-        for name, value in constraint_values(None, self.bounds.values, 0.0, verdict.status).items():
+        values = constraint_values(
+            None, self.bounds.values, 0.0, verdict.status, self.spec.min_agreement
+        )
+        for name, value in values.items():
             trial.set_constraint(name, value)
         study.tell(trial, objective_values(told_objectives(self.spec), None))
 
@@ -90,6 +101,7 @@ class Recorder:
     def tell(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
         if m.summary is not None and trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
             m = self._fix_relative_slos(study, trial, m)
+            m = self._fix_reference(study, trial, m, trial_dir)
         trial.set_user_attr(keys.STATUS, m.status)
         trial.set_user_attr(keys.REASON, m.reason)
         trial.set_user_attr(keys.ENGINE, m.engine.stored())
@@ -103,8 +115,9 @@ class Recorder:
         if m.log_tail:
             trial.set_user_attr(keys.LOG_TAIL, m.log_tail[-4000:])
         constraints = constraint_values(
-            m.summary, self.bounds.values, self.spec.max_error_rate, m.status
-        )
+            m.summary, self.bounds.values, self.spec.max_error_rate, m.status,
+            self.spec.min_agreement,
+        )  # fmt: skip
         relative = self.spec.relative_slos
         if relative and m.summary is not None and self._runs_the_baseline(study, trial):
             # A bound relative to the baseline is the baseline's own value times its factor:
@@ -132,7 +145,7 @@ class Recorder:
         """The baseline fixes the study's baseline-relative bounds (see `_slos`); its own
         summary is then made again within them from the records it holds (goodput counts
         requests within every bound)."""
-        if not self.bounds.pending():
+        if not self.bounds.relative_pending():
             return m
         assert m.summary is not None
         basis = self.bounds.fix(m.summary, trial.number)
@@ -140,6 +153,19 @@ class Recorder:
         study.set_user_attr(SLOS_ATTR, dict(self.bounds.values))
         logger.info("baseline-relative SLOs fixed by trial %d: %s", trial.number, basis)
         return resummarized(m, self.bounds.values)
+
+    def _fix_reference(
+        self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path
+    ) -> Measurement:
+        """With --min-agreement, the baseline's greedy outputs become the reference (see
+        `_slos`): it agrees with itself by definition, as its folder then says too."""
+        if not self.bounds.reference_pending() or m.greedy is None or m.summary is None:
+            return m
+        study.set_user_attr(REFERENCE_ATTR, self.bounds.fix_reference(m.greedy, trial.number))
+        itself = Agreement(1.0, 1.0, len(m.greedy))
+        m = dataclasses.replace(m, agreement=itself, summary=with_agreement(m.summary, 1.0, 1.0))
+        save_measurement(trial_dir, m)
+        return m
 
     def interrupted(self, study: optuna.Study, trial: Trial, trial_dir: Path) -> None:
         """Ctrl-C or SIGTERM during the trial: FAILED, its folder kept."""

@@ -185,8 +185,8 @@ class StudyRunner:
             else:
                 pending = ", ".join(self.harness.bounds.pending())
                 raise StudyError(
-                    "the study has baseline-relative SLOs but no measured baseline to fix them "
-                    f"({pending}); run it again to retry the baseline"
+                    f"the study's baseline fixes {pending} (relative SLOs, --min-agreement) but "
+                    "none was measured; run it again to retry the baseline"
                 )
 
     def _settle(self, study: optuna.Study, trials: TrialRunner) -> None:

