@@ -5,6 +5,8 @@ from __future__ import annotations
 import fcntl
 import os
 import shlex
+import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +32,20 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float = 60) -> None:
+    """Wait for `path`; a process (a tuner) that exits first fails the test at once, with its
+    output."""
+    import pytest
+
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if proc.poll() is not None:
+            out, _ = proc.communicate()
+            pytest.fail(f"the tuner exited ({proc.returncode}) before {path} appeared:\n{out}")
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
 
 
 def fake_settings(tmp_path: Path, **kwargs: Any) -> LaunchSettings:

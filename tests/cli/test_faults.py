@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support import processes_mentioning
+from support import processes_mentioning, wait_for
 
 from autotune import layout
 from autotune.store import StudyStore, TrialRecord
@@ -34,17 +34,6 @@ def start_tuner(argv: list[str | Path], **env: str) -> subprocess.Popen[str]:
         text=True,
         env={**os.environ, **SLOW, **env},
     )
-
-
-def wait_for(path: Path, tuner: subprocess.Popen[str], timeout_s: float = 60) -> None:
-    """Wait for `path`; a tuner that exits first fails the test at once, with its output."""
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if tuner.poll() is not None:
-            out, _ = tuner.communicate()
-            pytest.fail(f"the tuner exited ({tuner.returncode}) before {path} appeared:\n{out}")
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
 
 
 def trials_of(root: Path, study: str) -> list[TrialRecord]:

