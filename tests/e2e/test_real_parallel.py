@@ -115,3 +115,47 @@ def test_two_parallel_cpu_trials_on_disjoint_cores_then_the_confirm_step(
         best.read_text()
     )
     assert processes_mentioning(str(root)) == []
+
+
+TP2_SPACE = """\
+name: tp2
+platform: cpu
+fixed: {enforce_eager: true, kv_cache_memory_bytes: 268435456, max_model_len: 512,
+        tensor_parallel_size: 2}
+parameters:
+  - {name: max_num_seqs, type: categorical, choices: [8, 16], baseline: 8}
+"""
+
+
+@pytest.mark.starts(1)
+def test_a_tensor_parallel_cpu_trial_leases_one_core_slot_per_worker(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """`tensor_parallel_size: 2` with `--parallel 2`: the trial leases both of the host's
+    core slots, one per worker (`VLLM_CPU_OMP_THREADS_BIND=A|B`), and vLLM binds each rank's
+    threads to its own slot: the lease -> tensor-parallel path on the real engine."""
+    space = tmp_path / "tp2.yaml"
+    space.write_text(TP2_SPACE)
+    root = tmp_path / "studies"
+    argv = [
+        *AUTOTUNE, "tune", "--study", "tp2", "--model", str(tiny_model), "--space", str(space),
+        "--workload", "random:input=32,output=8,prompts=8", "--concurrency", "4",
+        "--trials", "1", "--parallel", "2", "--root", str(root),
+    ]  # fmt: skip
+    out = subprocess.run(
+        argv, capture_output=True, text=True, timeout=900, cwd=REPO, env=engine_env(tmp_path)
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    trials = StudyStore(f"sqlite:///{root / 'tp2' / 'study.db'}", create=False).trials("tp2")
+    trial = trials[0]  # the only one launched (a second lane's proposal finds the budget spent)
+    assert [t.number for t in trials if t.device_s is not None] == [0], trials
+    assert trial.status == "ok" and trial.measured, (trial.status, trial.reason)
+    assert trial.config["tensor-parallel-size"] == 2
+    slots = trial.lease_env["VLLM_CPU_OMP_THREADS_BIND"].split("|")
+    cores = [set(parse_cpulist(s)) for s in slots]
+    assert len(cores) == 2 and cores[0] and cores[1] and not cores[0] & cores[1], slots
+    log = (Path(trial.trial_dir or "") / "engine.log").read_text()
+    assert "local_world_size=2" in log  # both ranks bound as the lease said, one slot each
+    for rank, ids in enumerate(cores):
+        assert f"local_rank={rank}, core ids={sorted(ids)}" in log, log[-3000:]
+    assert processes_mentioning(str(root)) == []
