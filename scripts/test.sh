@@ -34,6 +34,11 @@ for arg in "$@"; do  # a marker of one's own (`-m "not engine"`): one run, as as
 done
 failed=0
 phase -m "not engine and not alone" -n "${AUTOTUNE_TEST_WORKERS:-4}" "$@" || failed=1
+# The real engines share one vLLM cache, as a user's servers share theirs (the tuner keeps a
+# VLLM_CACHE_ROOT it inherits): vLLM inspects a model class in a process of its own, one more
+# torch and vLLM import (about 8 s of a core), unless its cache has it; without this every test's
+# study paid that once.
+export VLLM_CACHE_ROOT="$AUTOTUNE_TEST_SHARED/vllm-cache"
 phase -m "engine and not alone" -n "${AUTOTUNE_ENGINE_WORKERS:-3}" --dist worksteal "$@" || failed=1
 phase -m alone "$@" || failed=1
 exit "$failed"

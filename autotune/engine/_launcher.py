@@ -144,8 +144,10 @@ def engine_env(config: EngineConfig, settings: LaunchSettings) -> dict[str, str]
         env["TRANSFORMERS_OFFLINE"] = "1"
     if settings.cache_dir is not None:
         cache = settings.cache_dir.resolve()
+        # A cache the user set is theirs to keep warm (compiled graphs, inspected model
+        # classes): a trial starts as their server does. Else the study's own, never ~/.cache.
         for name, sub in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
-            env[name] = str(cache / sub)
+            env[name] = os.environ.get(name) or str(cache / sub)
         env["TMPDIR"] = str(engine_tmpdir(cache))
     env.update(settings.extra_env)
     env.update(resolve_env(config.env, settings.cores))

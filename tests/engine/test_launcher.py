@@ -72,7 +72,8 @@ def test_launch_ready_and_torn_down(tmp_path: Path) -> None:
     assert port_is_free(engine.port)
 
 
-def test_config_env_is_written_resolved(tmp_path: Path) -> None:
+def test_config_env_is_written_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
     config = CONFIG.model_copy(update={"env": {"VLLM_CPU_OMP_THREADS_BIND": "{cores}"}})
     trial = tmp_path / "trial"
     with launch(config, settings(tmp_path, cores="0-1|2-3"), trial) as engine:
@@ -236,6 +237,8 @@ def test_ranges(cpus: list[int], text: str) -> None:
 
 def test_engine_env_for_a_local_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("AUTOTUNE_TEST_HOST_VAR", "host")
     cache = tmp_path / "cache"
     config = EngineConfig(model=str(tmp_path), env={"TMPDIR": "/from/config", "A": "{cores}"})
@@ -250,6 +253,17 @@ def test_engine_env_for_a_local_model(tmp_path: Path, monkeypatch: pytest.Monkey
     assert env["A"] == "2-3"
     assert env["B"] == "extra"
     assert env["AUTOTUNE_TEST_HOST_VAR"] == "host"
+
+
+def test_a_cache_the_user_set_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Their warm compile cache and inspected model classes: a trial starts as their server."""
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "mine"))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    cache = tmp_path / "cache"
+    env = engine_env(EngineConfig(model=str(tmp_path)), LaunchSettings(cache_dir=cache))
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "mine")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(cache.resolve() / "inductor")
+    assert env["TMPDIR"] == str(engine_tmpdir(cache))  # sockets stay in the study's folder
 
 
 def test_engine_env_for_a_hub_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
