@@ -74,12 +74,14 @@ def _kill_mid_trial(argv: list[str], root: Path, env: dict[str, str]) -> list[ps
         wait_for(trial_dir / layout.ENGINE_PID, tuner, timeout_s=600)
         leader = recorded_engine(trial_dir)
         assert leader is not None
-        deadline = time.monotonic() + 120
-        # Under the supervisor: the API server, then vLLM's engine core (its own process).
-        while len(leader.children(recursive=True)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(2)  # and what the engine core starts in turn
-        tree = [leader, *leader.children(recursive=True)]
+        # Under the supervisor: the API server, then vLLM's engine core (its own process), and
+        # what that starts in turn. Two looks 2 s apart, so that a short-lived helper the API
+        # server runs (vLLM runs `lscpu` through a shell) is not taken for them.
+        deadline, tree = time.monotonic() + 300, [leader]
+        while len(tree) < 3 and time.monotonic() < deadline:
+            first = {p.pid for p in leader.children(recursive=True)}
+            time.sleep(2)
+            tree = [leader, *(p for p in leader.children(recursive=True) if p.pid in first)]
         assert len(tree) >= 3, tree
     finally:
         tuner.kill()  # SIGKILL: no handler, no teardown in the tuner
