@@ -203,7 +203,8 @@ def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None) -> li
         "vs base": _ratio(t.metric("output_throughput"), base_tps),
         "TTFT p50/p99 ms": f"{t.metric('p50_ttft_ms'):.1f} / {t.metric('p99_ttft_ms'):.1f}",
         "TPOT p50/p99 ms": f"{t.metric('p50_tpot_ms'):.2f} / {t.metric('p99_tpot_ms'):.2f}",
-        "agree": f"{t.metric('agreement_tokens'):.2f}",  # share of the baseline's greedy tokens
+        # The share of the baseline's greedy tokens; "-" where the engine did not answer.
+        "agree": f"{t.metrics['agreement_tokens']:.2f}" if "agreement_tokens" in t.metrics else "-",
     }
     return [cells[h] for h in heads]
 
