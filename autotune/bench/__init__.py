@@ -14,7 +14,6 @@ from autotune.bench._counters import EngineCounters, parse_counters, rates, with
 from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
 from autotune.bench._load import LoadProfile
 from autotune.bench._metrics import (
-    AGREEMENT,
     ENGINE_RATES,
     METRIC_NAMES,
     OPTIONAL,
@@ -59,7 +58,6 @@ from autotune.bench._workload import (
 )
 
 __all__ = [
-    "AGREEMENT",
     "ENGINE_RATES",
     "LOAD_CLIENTS",
     "METRIC_NAMES",

@@ -25,16 +25,18 @@ ENGINE_RATES = (
     "engine_mean_tpot_ms",
 )
 # How far a config's greedy outputs agree with the baseline's (measure/_agreement.py).
-AGREEMENT = ("agreement_exact", "agreement_tokens")
+AGREEMENT_METRICS = ("agreement_exact", "agreement_tokens")
 # Metrics a run may not have: None in the Summary, left out where metrics are stored.
-OPTIONAL = ("capacity_rps", "peak_memory_gib", "cost_per_mtok", *ENGINE_RATES, *AGREEMENT)
+OPTIONAL = ("capacity_rps", "peak_memory_gib", "cost_per_mtok", *ENGINE_RATES, *AGREEMENT_METRICS)
+# The optional metrics that read NaN, not 0, where a run has none (capacity_rps reads 0).
+_NAN_WHEN_NONE = frozenset(OPTIONAL) - {"capacity_rps"}
 METRIC_NAMES: tuple[str, ...] = (
     *THROUGHPUTS,
     "capacity_rps",
     "peak_memory_gib",
     "cost_per_mtok",
     *ENGINE_RATES,
-    *AGREEMENT,
+    *AGREEMENT_METRICS,
     "errors",
     "error_rate",
     *(f"{stat}_{latency}_ms" for latency in LATENCIES for stat in STATS),
@@ -100,7 +102,7 @@ class Summary(BaseModel):
             return float(self.errors)
         if name == "capacity_rps":
             return float(self.capacity_rps or 0.0)  # 0 when not searched (never NaN)
-        if name in ("peak_memory_gib", "cost_per_mtok") or name in (*ENGINE_RATES, *AGREEMENT):
+        if name in _NAN_WHEN_NONE:
             value = getattr(self, name)
             return math.nan if value is None else float(value)
         if name == "error_rate":

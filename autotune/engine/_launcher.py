@@ -147,7 +147,7 @@ def engine_env(config: EngineConfig, settings: LaunchSettings) -> dict[str, str]
         # A cache the user set is theirs to keep warm (compiled graphs, inspected model
         # classes): a trial starts as their server does. Else the study's own, never ~/.cache.
         for name, sub in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
-            env[name] = os.environ.get(name) or str(cache / sub)
+            env[name] = env.get(name) or str(cache / sub)
         env["TMPDIR"] = str(engine_tmpdir(cache))
     env.update(settings.extra_env)
     env.update(resolve_env(config.env, settings.cores))

@@ -6,14 +6,7 @@ objective and constraint values; profile a config (`profile_config`).
 `autotune.study` drives it once per trial; benchmarks drive it directly.
 """
 
-from autotune.measure._agreement import (
-    PROMPTS,
-    Agreement,
-    AgreementError,
-    Reference,
-    agreement_of,
-    greedy_outputs,
-)
+from autotune.measure._agreement import Agreement, Reference, agreement_of
 from autotune.measure._measure import (
     Measure,
     Measurement,
@@ -41,11 +34,9 @@ __all__ = [
     "ERROR_RATE",
     "FAILED",
     "OOM",
-    "PROMPTS",
     "WORST_MAXIMIZE",
     "WORST_MINIMIZE",
     "Agreement",
-    "AgreementError",
     "FrontPoint",
     "Judge",
     "Measure",
@@ -57,7 +48,6 @@ __all__ = [
     "Workplan",
     "agreement_of",
     "constraint_values",
-    "greedy_outputs",
     "load_measurement",
     "make_judge",
     "measure",
