@@ -217,20 +217,23 @@ def test_repair_retries_each_oom_once_with_less_memory(
 
 def test_two_tuners_on_one_host_take_turns_on_its_cores(tune_argv: TuneArgv, root: Path) -> None:
     # Both used to print "1 at a time on cores 0-1" and run their engines at the same time,
-    # each measuring the other's load. Now the second waits for the cores, and says so.
-    first = start_tuner(tune_argv("one", "--trials", "2", "--sampler", "random"))
+    # each measuring the other's load. Now whichever asks while the other holds the cores
+    # waits, and says so: the second when it starts during the first's trial, or the first,
+    # when the second took the cores between two of its trials (a slow start on a busy host).
+    first = start_tuner(tune_argv("one", "--trials", "4", "--sampler", "random"))
     wait_for(root / "one" / "trial-0000" / "engine.pid", first)
     second = start_tuner(tune_argv("two", "--trials", "2", "--sampler", "random"))
     out_first, _ = first.communicate(timeout=120)
     out_second, _ = second.communicate(timeout=120)
     assert first.returncode == 0, out_first
     assert second.returncode == 0, out_second
-    assert "warning: waiting for devices another process on this host holds (" in out_second
+    waited = "warning: waiting for devices another process on this host holds ("
+    assert waited in out_second or waited in out_first, (out_first, out_second)
     spans = {
         study: [(t.measured_at - t.device_s, t.measured_at) for t in trials_of(root, study)]
         for study in ("one", "two")
     }
-    assert all(len(s) == 2 for s in spans.values()), spans
+    assert [len(spans["one"]), len(spans["two"])] == [4, 2], spans
     for a_start, a_end in spans["one"]:
         for b_start, b_end in spans["two"]:
             assert a_end <= b_start + 0.2 or b_end <= a_start + 0.2, spans  # never at once
