@@ -18,6 +18,23 @@ Sources (public figures, read from the named documents):
   256 and 2048. gpu_memory_utilization 0.92 (`CacheConfig`, see autotune/space/_memory.py),
   block_size 16, chunked prefill on, CUDA graphs up to min(2 * max_num_seqs, 512).
 
+Two more, written before anything was tuned on them (issue 35), whose optimum lies elsewhere:
+- Qwen2.5-14B-Instruct: Qwen/Qwen2.5-14B-Instruct config.json (hidden_size 5120,
+  intermediate_size 13824, num_hidden_layers 48, num_attention_heads 40, num_key_value_heads 8,
+  head_dim 128, vocab_size 152064); 14.7 B parameters (model card).
+- Huawei Ascend 910B3 (Atlas 800T A2): 64 GB HBM2e (npu-smi: 65,536 MB), about 1.6 TB/s,
+  313 TFLOPS dense FP16 (Huawei's published figures for the 910B3; the 910B1/B2 are faster);
+  HCCS 56 GB/s per link. Idle HBM reads about 3.3 GB on npu-smi (issue 34, vllm-ascend), held
+  outside vLLM's budget. vllm-ascend takes vLLM's batch defaults: a 64 GB device is "any
+  other", 256 / 2048; block size 128 on Ascend. Its efficiencies are assumptions, lower than
+  the H100's (the CANN kernels reach less of peak in published vllm-ascend figures): HBM 70%,
+  MFU 55%, 3 ms of step overhead with ACL graphs, 80 us per layer eager.
+- NVIDIA L40S 48 GB: GDDR6 864 GB/s, 362 TFLOPS dense BF16 (733 with sparsity), PCIe only
+  (NVIDIA L40S datasheet); nvidia-smi reports 46,068 MiB. vLLM's defaults on it: 256 / 2048.
+  There, long prompts make `max_num_batched_tokens` decide which SLO binds: a large budget
+  runs whole 3,000-token prefills in one step beside the decodes (TPOT binds), a small one
+  queues them over many steps (TTFT binds).
+
 Efficiencies (`Costs`) are fitted to well-known behaviour rather than read: a single Llama-8B
 stream decodes at about 130 tokens/s on an H100 (weights 16 GB at ~80% of 3.35 TB/s plus
 ~1.6 ms of step overhead), large prefill GEMMs reach ~70% of dense peak (less for small
@@ -76,6 +93,34 @@ A100_SXM_80GB = GpuSpec(
 # vLLM's CUDA graph pool: ~0.6 GiB for Llama-8B's 67 sizes up to 512 ("Graph capturing
 # finished ..., took 0.5-0.7 GiB" in vLLM logs); scaled by hidden size for other models.
 _GRAPH_PER_TOKEN_LAYER = int(0.35 * GIB / (512 * 32))
+
+
+QWEN25_14B = ModelSpec(
+    name="Qwen/Qwen2.5-14B-Instruct",
+    params=14.7e9,
+    layers=48,
+    hidden=5120,
+    heads=40,
+    kv_heads=8,
+    head_dim=128,
+    intermediate=13824,
+    vocab=152064,
+    weight_bytes=int(14.7e9 * 2),
+)
+ASCEND_910B3 = GpuSpec(
+    name="Ascend910B3",
+    total_bytes=65536 * MIB,
+    bandwidth=1.6e12,
+    flops=313e12,
+    link_bandwidth=56e9,
+)
+L40S_48GB = GpuSpec(
+    name="NVIDIA L40S",
+    total_bytes=46068 * MIB,
+    bandwidth=864e9,
+    flops=362e12,
+    link_bandwidth=32e9,  # PCIe Gen4 x16, per direction
+)
 
 
 @dataclass(frozen=True)
@@ -158,5 +203,67 @@ QWEN32B_A100_SLO = _register(
         metric="goodput",
         slos={"p99_ttft_ms": 2000.0, "p99_tpot_ms": 60.0},
         space=HERE / "qwen32b-a100-slo.yaml",
+    )
+)
+
+QWEN14B_910B_SLO = _register(
+    Landscape(
+        name="qwen14b-910b-slo",
+        description=(
+            "Qwen2.5-14B, 1x Ascend 910B3 64GB, Poisson 3 req/s, 1024 in / 256 out, "
+            "per-request TTFT <= 3 s and TPOT <= 60 ms; scored by goodput"
+        ),
+        hardware=Hardware(
+            QWEN25_14B,
+            ASCEND_910B3,
+            Costs(
+                bandwidth_eff=0.70,
+                attention_eff=0.70,
+                mfu=0.55,
+                step_overhead_s=3.0e-3,
+                per_seq_s=20e-6,
+                eager_per_layer_s=80e-6,
+                context_bytes=int(3.3e9),
+                graph_bytes_per_token_layer=int(_GRAPH_PER_TOKEN_LAYER * 5120 / 4096),
+            ),
+            gpus=1,
+        ),
+        defaults=SimConfig(
+            max_num_seqs=256,
+            max_num_batched_tokens=2048,
+            gpu_memory_utilization=0.92,
+            block_size=128,
+            max_model_len=8192,
+        ),
+        workload=SimWorkload.random(400, 1024, 256, spread=0.5, rate=3.0, seed=1),
+        metric="goodput",
+        slos={"p99_ttft_ms": 3000.0, "p99_tpot_ms": 60.0},
+        space=HERE / "qwen14b-910b-slo.yaml",
+    )
+)
+
+LLAMA8B_L40S_PREFILL = _register(
+    Landscape(
+        name="llama8b-l40s-prefill",
+        description=(
+            "Llama-3.1-8B, 1x L40S 48GB, Poisson 2 req/s, 3072 in / 128 out, per-request "
+            "TTFT <= 4 s and TPOT <= 80 ms; scored by goodput"
+        ),
+        hardware=Hardware(
+            LLAMA_31_8B,
+            L40S_48GB,
+            Costs(graph_bytes_per_token_layer=_GRAPH_PER_TOKEN_LAYER),
+            gpus=1,
+        ),
+        defaults=SimConfig(
+            max_num_seqs=256,
+            max_num_batched_tokens=2048,
+            gpu_memory_utilization=0.92,
+            max_model_len=8192,
+        ),
+        workload=SimWorkload.random(300, 3072, 128, spread=0.5, rate=2.0, seed=1),
+        metric="goodput",
+        slos={"p99_ttft_ms": 4000.0, "p99_tpot_ms": 80.0},
+        space=HERE / "llama8b-l40s-prefill.yaml",
     )
 )
