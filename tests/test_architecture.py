@@ -363,6 +363,16 @@ FORBIDDEN = {
     "autotune.measure": ("autotune.cli", "autotune.study", "autotune.search"),
     "autotune.export": ("autotune.cli", "autotune.study", "autotune.search"),
     "autotune.dashboard": ("autotune.cli", "autotune.study", "autotune.search"),
+    # The engine model: a pure model of the engine, fitted to records; the study screens by it.
+    "autotune.predict": (
+        "autotune.cli",
+        "autotune.study",
+        "autotune.search",
+        "autotune.measure",
+        "autotune.dashboard",
+        "autotune.export",
+        "autotune.store",
+    ),
     "autotune.selection": (
         "autotune.cli",
         "autotune.study",

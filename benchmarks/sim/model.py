@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from autotune.predict import SchedulerConfig
+
 GIB = 2**30
 
 
@@ -263,6 +265,27 @@ def slowed(cost: StepCost, speed: float) -> StepCost:
         return cost
     names = [f.name for f in fields(cost) if f.name.endswith("_s") or "_s_per_" in f.name]
     return replace(cost, **{name: getattr(cost, name) / speed for name in names})
+
+
+@dataclass(frozen=True)
+class RooflineTimer:
+    """`step_time` of one config's costs, as the scheduler (`autotune.predict`) asks for it."""
+
+    cost: StepCost
+
+    def duration(self, tokens: int, seqs: int, context: int, pairs: int) -> float:
+        return step_time(self.cost, tokens, seqs, context, pairs)
+
+
+def scheduler_config(cfg: SimConfig, memory: MemoryPlan) -> SchedulerConfig:
+    """The scheduler's view of `cfg` with the KV pool of its memory plan."""
+    return SchedulerConfig(
+        cfg.max_num_seqs,
+        cfg.max_num_batched_tokens,
+        memory.num_blocks,
+        cfg.block_size,
+        cfg.enable_chunked_prefill,
+    )
 
 
 def step_time(cost: StepCost, tokens: int, seqs: int, context: int, prefill_pairs: int) -> float:

@@ -41,9 +41,18 @@ if not __package__:  # run as a script: import this folder as the package `sim`
 
 import yaml
 
+from autotune.predict import Request, Scheduler
+
 from .landscapes import LANDSCAPES, Landscape
-from .model import GIB, MemoryPlan, SimConfig, memory_plan
-from .scheduler import Request, Scheduler
+from .model import (
+    GIB,
+    MemoryPlan,
+    RooflineTimer,
+    SimConfig,
+    memory_plan,
+    scheduler_config,
+    step_cost,
+)
 
 PID = os.getpid()
 
@@ -123,7 +132,8 @@ class Engine:
     """The scheduler stepped in real time; each request's tokens go to its own queue."""
 
     def __init__(self, landscape: Landscape, cfg: SimConfig, plan: MemoryPlan) -> None:
-        self.sched = Scheduler(landscape.hardware, cfg, plan)
+        timer = RooflineTimer(step_cost(landscape.hardware, cfg))
+        self.sched = Scheduler(scheduler_config(cfg, plan), timer)
         self.scale = float(os.environ.get("SIM_TIME_SCALE", "1.0"))
         self.noise = Noise(cfg)
         self.queues: dict[int, asyncio.Queue[int]] = {}

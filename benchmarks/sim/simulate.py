@@ -7,13 +7,25 @@ linear interpolation between closest ranks.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .model import Hardware, MemoryPlan, SimConfig, memory_plan, slowed
-from .scheduler import Request, Scheduler
+from autotune.bench import RequestRecord
+from autotune.predict import Arrivals, Request, replay
+
+from .model import (
+    Hardware,
+    MemoryPlan,
+    RooflineTimer,
+    SimConfig,
+    memory_plan,
+    scheduler_config,
+    slowed,
+    step_cost,
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,10 @@ class SimWorkload:
         lengths = tuple((length(input), length(output)) for _ in range(requests))
         return cls(lengths, concurrency=concurrency, rate=rate, seed=seed)
 
+    def arrivals(self) -> Arrivals:
+        """The requests as the scheduler's replay sends them."""
+        return Arrivals(self.lengths, tuple(self.offsets()), self.concurrency)
+
     def offsets(self) -> list[float]:
         """Send times as `autotune.bench.LoadProfile.arrival_offsets` draws them."""
         n = len(self.lengths)
@@ -79,6 +95,7 @@ class SimResult:
     p99_tpot_ms: float = math.inf
     preemptions: int = 0
     ttft_ms: tuple[float, ...] = field(default=(), repr=False)
+    records: tuple[RequestRecord, ...] = field(default=(), repr=False)
     tpot_ms: tuple[float | None, ...] = field(default=(), repr=False)
 
     @property
@@ -112,11 +129,17 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def simulate(
-    hw: Hardware, cfg: SimConfig, workload: SimWorkload, fuse: bool = True, speed: float = 1.0
+    hw: Hardware,
+    cfg: SimConfig,
+    workload: SimWorkload,
+    fuse: bool = True,
+    speed: float = 1.0,
+    records: bool = False,
 ) -> SimResult:
     """Run `workload` through the scheduler of `cfg` on `hw`, deterministically.
 
     `fuse=False` runs every step on its own (as the server does); the result is the same.
+    `records`: keep the requests as the load client records them (first and last token).
     `speed` < 1 is a slower host: every step takes 1/speed as long while the requests arrive
     as they do (under a fixed rate, the batches grow and queues form; in a closed loop the
     whole run stretches by 1/speed).
@@ -124,33 +147,13 @@ def simulate(
     memory = memory_plan(hw, cfg)
     if memory.failure:
         return SimResult(failure=memory.failure, reason=memory.reason, memory=memory)
-    sched = Scheduler(hw, cfg, memory)
-    sched.cost = slowed(sched.cost, speed)
-    offsets = workload.offsets()
-    cap = workload.concurrency or len(offsets)
-    requests = [Request(i, p, o, 0.0) for i, (p, o) in enumerate(workload.lengths)]
-    sent = in_flight = 0
-    slot_free_at = 0.0
-    finished = 0
-    while finished < len(requests):
-        while sent < len(requests) and in_flight < cap and offsets[sent] <= sched.now:
-            requests[sent].arrival = max(offsets[sent], slot_free_at)
-            sched.add(requests[sent])
-            sent, in_flight = sent + 1, in_flight + 1
-        if sched.idle:  # nothing to run until the next request is sent
-            sched.now = offsets[sent]
-            continue
-        deadline = offsets[sent] if sent < len(requests) and in_flight < cap else math.inf
-        done = sched.fast_forward(deadline) if fuse else None
-        if done is None:
-            step = sched.plan()
-            done = [r for r in sched.commit(step, sched.now + step.duration) if r.finish]
-        if done:
-            finished += len(done)
-            if in_flight >= cap:
-                slot_free_at = sched.now
-            in_flight -= len(done)
-    return _result(requests, memory, sched.preemptions)
+    timer = RooflineTimer(slowed(step_cost(hw, cfg), speed))
+    arrivals = workload.arrivals()
+    run = replay(scheduler_config(cfg, memory), timer, arrivals, fuse=fuse)
+    result = _result(run.requests, memory, run.preemptions)
+    if records:
+        result = dataclasses.replace(result, records=tuple(run.records(every_token=False)))
+    return result
 
 
 def _result(requests: list[Request], memory: MemoryPlan, preemptions: int) -> SimResult:

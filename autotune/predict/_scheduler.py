@@ -11,26 +11,56 @@ Each step, in order (`vllm/v1/core/sched/scheduler.py`):
 When a request's computed tokens reach its prompt (+ tokens generated before a preemption), the
 step samples a token; it finishes after `output` tokens and frees its blocks.
 
-`Scheduler` is driven by `simulate` (with `fast_forward` to fuse pure-decode steps) and by the
-server in real time (one `plan` / `commit` per step); both therefore see the same schedule.
+How long a step takes is the `StepTimer`'s business: the simulator's roofline of a datasheet
+(benchmarks/sim) or the step-time model fitted to a study's own trials (`_fit.py`). `replay`
+drives it (with `fast_forward` to fuse pure-decode steps), as does the simulator's server in
+real time (one `plan` / `commit` per step); both therefore see the same schedule. With `log`,
+every step's shape is kept (`StepShape`): what the fit sums per request.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
-from .model import Hardware, MemoryPlan, SimConfig, step_cost, step_time
+
+class SchedulerConfig(NamedTuple):
+    """The engine options the schedule reads (vLLM's names) and the KV pool's size."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    num_blocks: int
+    block_size: int = 16
+    enable_chunked_prefill: bool = True
+
+
+class StepTimer(Protocol):
+    def duration(self, tokens: int, seqs: int, context: int, pairs: int) -> float:
+        """Seconds of one step: `tokens` batched tokens of `seqs` sequences attending to
+        `context` cached tokens in all; `pairs` (query, key) pairs of its prefill chunks."""
+        ...
+
+
+class StepShape(NamedTuple):
+    """One executed step, as the step-time model reads it, and when it ended."""
+
+    tokens: int
+    seqs: int
+    context: int
+    pairs: int
+    end: float
 
 
 class Request:
-    """One request's progress; times in simulated seconds."""
+    """One request's progress; times in (simulated) seconds."""
 
     __slots__ = (
         "arrival",
         "blocks",
         "computed",
         "finish",
+        "first_step",
         "first_token",
         "generated",
         "output",
@@ -43,26 +73,31 @@ class Request:
         self.computed = self.generated = self.blocks = 0
         self.first_token: float | None = None
         self.finish: float | None = None
+        self.first_step = -1  # index in the step log of the step that sampled its first token
 
 
 @dataclass
 class Step:
-    """A planned step: (request, new tokens) pairs and its duration."""
+    """A planned step: (request, new tokens) pairs, its shape and duration."""
 
     scheduled: list[tuple[Request, int]]
+    shape: tuple[int, int, int, int]
     duration: float
 
 
 class Scheduler:
-    def __init__(self, hw: Hardware, cfg: SimConfig, memory: MemoryPlan) -> None:
+    def __init__(
+        self, cfg: SchedulerConfig, timer: StepTimer, log: list[StepShape] | None = None
+    ) -> None:
         self.cfg = cfg
-        self.cost = step_cost(hw, cfg)
+        self.timer = timer
         self.block = cfg.block_size
-        self.free_blocks = memory.num_blocks
+        self.free_blocks = cfg.num_blocks
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.now = 0.0
         self.preemptions = 0
+        self.log = log
 
     @property
     def idle(self) -> bool:
@@ -107,7 +142,8 @@ class Scheduler:
             i += 1
         if not preempted:
             budget = self._admit(budget, scheduled)
-        return Step(scheduled, self._duration(scheduled))
+        shape = _shape(scheduled)
+        return Step(scheduled, shape, self.timer.duration(*shape))
 
     def _admit(self, budget: int, scheduled: list[tuple[Request, int]]) -> int:
         chunked = self.cfg.enable_chunked_prefill
@@ -128,26 +164,18 @@ class Scheduler:
             budget -= n
         return budget
 
-    def _duration(self, scheduled: list[tuple[Request, int]]) -> float:
-        tokens = context = pairs = 0
-        for r, n in scheduled:
-            tokens += n
-            context += r.computed
-            if n > 1:
-                pairs += n * (r.computed + n // 2)
-        return step_time(self.cost, tokens, len(scheduled), context + tokens, pairs)
-
     def commit(self, step: Step, end: float) -> list[Request]:
         """Apply a planned step that ended at `end`; the requests that got a token."""
         emitted: list[Request] = []
         done = False
+        index = len(self.log) if self.log is not None else -1
         for r, n in step.scheduled:
             r.computed += n
             if r.computed == r.prompt + r.generated:
                 r.generated += 1
                 emitted.append(r)
                 if r.first_token is None:
-                    r.first_token = end
+                    r.first_token, r.first_step = end, index
                 if r.generated >= r.output:
                     r.finish = end
                     self.free_blocks += r.blocks
@@ -155,6 +183,8 @@ class Scheduler:
                     done = True
         if done:
             self.running = [r for r in self.running if r.finish is None]
+        if self.log is not None:
+            self.log.append(StepShape(*step.shape, end))
         self.now = end
         return emitted
 
@@ -175,14 +205,15 @@ class Scheduler:
         if k < 2:
             return None
         seqs = len(running)
-        base = step_time(self.cost, seqs, seqs, 0, 0)
-        per_ctx = self.cost.kv_read_s_per_token
+        duration, log = self.timer.duration, self.log
         context = sum(r.computed for r in running)
         t, steps = self.now, 0
         while steps < k and (steps == 0 or t < deadline):
             context += seqs
-            t += base + per_ctx * context
+            t += duration(seqs, seqs, context, 0)
             steps += 1
+            if log is not None:
+                log.append(StepShape(seqs, seqs, context, 0, t))
         finished: list[Request] = []
         for r in running:
             r.computed += steps
@@ -226,3 +257,15 @@ class Scheduler:
             if needed > self.free_blocks:
                 return steps - 1
         return k
+
+
+def _shape(scheduled: list[tuple[Request, int]]) -> tuple[int, int, int, int]:
+    """(tokens, seqs, context, prefill pairs) of a step: context counts the tokens attended,
+    the step's own included."""
+    tokens = context = pairs = 0
+    for r, n in scheduled:
+        tokens += n
+        context += r.computed
+        if n > 1:
+            pairs += n * (r.computed + n // 2)
+    return tokens, len(scheduled), context + tokens, pairs

@@ -1,0 +1,40 @@
+"""A model of the engine, calibrated from a study's own measurements: the scheduler replayed
+over the study's workload (`_scheduler`, `_replay`), a step time fitted to every measured
+request (`_fit`), and the model that predicts an untried config with an interval (`_model`)."""
+
+from autotune.predict._model import (
+    PREDICTED,
+    EngineModel,
+    Interval,
+    Prediction,
+    Sample,
+    error,
+    widths_of,
+)
+from autotune.predict._replay import Arrivals, Replayed, fits_one_request, replay
+from autotune.predict._scheduler import (
+    Request,
+    Scheduler,
+    SchedulerConfig,
+    StepShape,
+    StepTimer,
+)
+
+__all__ = [
+    "PREDICTED",
+    "Arrivals",
+    "EngineModel",
+    "Interval",
+    "Prediction",
+    "Replayed",
+    "Request",
+    "Sample",
+    "Scheduler",
+    "SchedulerConfig",
+    "StepShape",
+    "StepTimer",
+    "error",
+    "fits_one_request",
+    "replay",
+    "widths_of",
+]
