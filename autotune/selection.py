@@ -51,7 +51,9 @@ def study_objectives(attrs: dict[str, Any]) -> list[tuple[str, str]]:
     return [(o["metric"], o["direction"]) for o in stored] or list(DEFAULT_OBJECTIVES)
 
 
-def _dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
+def dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
+    """Whether `a` is at least as good as `b` on every objective and better on one (`signs`:
+    +1 where larger is better, -1 where smaller is)."""
     at_least = all(s * x >= s * y for x, y, s in zip(a, b, signs, strict=True))
     better = any(s * x > s * y for x, y, s in zip(a, b, signs, strict=True))
     return at_least and better
@@ -72,7 +74,7 @@ def pareto_front(
         t
         for t in feasible
         if not any(
-            _dominates(points[o.number], points[t.number], signs)
+            dominates(points[o.number], points[t.number], signs)
             for o in feasible
             if o.number != t.number
         )

@@ -12,14 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.bench import (
     METRIC_NAMES,
@@ -274,6 +267,9 @@ class TuneSpec(BaseModel):
         "certainly infeasible or dominated by the front with `prune_margin` (status pruned)",
     )
     prune_margin: float = Field(default=0.1, ge=0, description="Margin of `prune`'s dominance")
+    screen: Literal["auto", "on", "off"] = Field(
+        default="auto", description="Predict proposals by the study's engine model; skip ruled out"
+    )
     confirm: int = Field(
         default=0,
         ge=0,

@@ -2,7 +2,8 @@
 
 Every status a trial can be recorded with is a member of `TrialStatus`: `ok`, `pruned`, the
 outcomes of the pre-launch gate (`duplicate`, `predicted_oom`, `predicted_unsupported`,
-`invalid_config`), `unused`, and each failure kind the engine reports (`FAILURE_KINDS`).
+`invalid_config`) and of the engine model's screening (`predicted_worse`,
+`predicted_infeasible`), `unused`, and each failure kind the engine reports (`FAILURE_KINDS`).
 Measure, the runner, the store's records, the CLI and the dashboard all compare against these
 members; a status read back from the store is a plain string equal to one of them (a `StrEnum`
 compares equal to its value).
@@ -34,6 +35,11 @@ class TrialStatus(StrEnum):
     # Never launched: carries the values that made an earlier trial fail as unsupported (or
     # crash the same way twice).
     PREDICTED_UNSUPPORTED = "predicted_unsupported"
+    # Never launched: the engine model fitted to the study's trials (autotune.predict) says
+    # that even at the good end of its interval it would be dominated by a measured trial
+    # (worse), or miss an SLO (infeasible).
+    PREDICTED_WORSE = "predicted_worse"
+    PREDICTED_INFEASIBLE = "predicted_infeasible"
     BENCHMARK_ERROR = "benchmark_error"
     PORT_IN_USE = "port_in_use"
     INTERRUPTED = "interrupted"  # stopped by the user, or left by a worker that is gone
@@ -47,4 +53,11 @@ OOM_STATUSES = frozenset({TrialStatus.OOM, TrialStatus.PREDICTED_OOM})
 # A value of the config cannot run here (measured or predicted).
 UNSUPPORTED_STATUSES = frozenset({TrialStatus.UNSUPPORTED, TrialStatus.PREDICTED_UNSUPPORTED})
 # Never launched: the pre-launch gate's predictions from earlier trials (not measurements).
-PREDICTED_STATUSES = frozenset({TrialStatus.PREDICTED_OOM, TrialStatus.PREDICTED_UNSUPPORTED})
+PREDICTED_STATUSES = frozenset(
+    {
+        TrialStatus.PREDICTED_OOM,
+        TrialStatus.PREDICTED_UNSUPPORTED,
+        TrialStatus.PREDICTED_WORSE,
+        TrialStatus.PREDICTED_INFEASIBLE,
+    }
+)

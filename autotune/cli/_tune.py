@@ -144,6 +144,14 @@ def tune(
             show_default=_spec("remeasure"),
         ),
     ] = None,
+    screen: Annotated[
+        str | None,
+        typer.Option(
+            help="auto | on | off: predict each proposal with the engine model fitted to the "
+            "study's own trials and launch none it rules out (docs/prediction.md)",
+            show_default=_spec("screen"),
+        ),
+    ] = None,
     seed: Annotated[
         int | None, typer.Option(help="Sampler and workload seed", show_default=_spec("seed"))
     ] = None,
@@ -274,7 +282,7 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     }
     for key in (
         *("search", "sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
-        *("repeats", "prune", "confirm", "confirm_rounds", "scenario", "remeasure"),
+        *("repeats", "prune", "confirm", "confirm_rounds", "scenario", "remeasure", "screen"),
         *("device_cost_per_hour", "reingest", "min_agreement"),
     ):
         if flags[key] is not None:

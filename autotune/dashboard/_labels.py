@@ -48,6 +48,8 @@ GROUP_COLOURS = {
     TrialStatus.INVALID_CONFIG: "#9467bd",
     TrialStatus.UNSUPPORTED: "#17becf",
     TrialStatus.PREDICTED_UNSUPPORTED: "#9edae5",  # the light twin, as predicted_oom is
+    TrialStatus.PREDICTED_WORSE: "#c5b0d5",
+    TrialStatus.PREDICTED_INFEASIBLE: "#f7b6d2",
     "running": "#1f77b4",
 }
 OTHER_COLOUR = "#7f7f7f"

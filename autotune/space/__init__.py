@@ -8,7 +8,7 @@ problems = check_constraints(options, ModelInfo.from_path(model), platform=space
 ```
 """
 
-from autotune.space._constraints import ModelInfo, check_constraints
+from autotune.space._constraints import ModelInfo, check_constraints, engine_default
 from autotune.space._errors import SpaceError
 from autotune.space._host import (
     FP8_CPU_FLAGS,
@@ -60,6 +60,7 @@ __all__ = [
     "check_constraints",
     "comparable",
     "dominating_oom",
+    "engine_default",
     "env_string",
     "estimate_memory",
     "host_problem",

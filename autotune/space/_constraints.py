@@ -36,6 +36,13 @@ _COMMON_DEFAULTS: dict[str, Any] = {
 }
 
 
+def engine_default(platform: str, name: str) -> Any:
+    """vLLM 0.32's value of option `name` where it is not given on `platform` (None: not one
+    this table knows)."""
+    table = _PLATFORM_DEFAULTS.get(platform, _PLATFORM_DEFAULTS["cuda"])
+    return table.get(name, _COMMON_DEFAULTS.get(name))
+
+
 def dtype_bytes(dtype: str) -> int:
     """Bytes per element of a model or KV-cache dtype (`fp8*` and `int8` are one byte)."""
     name = dtype.removeprefix("torch.").lower()
@@ -119,8 +126,7 @@ class Setting:
     def get(self, name: str) -> Any:
         if self.options.get(name) is not None:
             return self.options[name]
-        platform = _PLATFORM_DEFAULTS.get(self.platform, _PLATFORM_DEFAULTS["cuda"])
-        return platform.get(name, _COMMON_DEFAULTS.get(name))
+        return engine_default(self.platform, name)
 
     @property
     def max_model_len(self) -> int | None:

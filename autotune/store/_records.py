@@ -37,6 +37,7 @@ SLOT = "slot"  # its place in the trial budget (1..trials)
 SPREAD = "spread"  # metric -> half the range over the trial's repeated runs
 MEASURED_AT = "measured_at"  # when its benchmark ended (epoch s); the drift reads its middle
 REMEASURE_OF = "remeasure_of"  # the trial whose config a re-measure trial runs again
+PREDICTION = "prediction"  # the engine model's prediction, made before the trial ran
 REINGESTED = "reingested"  # recorded from its folder after the study's database was lost
 
 ROLE_BASELINE = "baseline"
@@ -72,6 +73,7 @@ class TrialRecord(BaseModel):
     spread: dict[str, float] = Field(default_factory=dict)
     measured_at: float | None = None
     remeasure_of: int | None = None
+    prediction: dict[str, Any] = Field(default_factory=dict)  # autotune.predict, before it ran
     runs: int = 1  # measured runs of its config merged into this record (autotune.drift)
 
     def conservative(self, name: str, direction: str) -> float:
@@ -120,6 +122,7 @@ class TrialRecord(BaseModel):
             spread=attrs.get(SPREAD) or {},
             measured_at=attrs.get(MEASURED_AT),
             remeasure_of=attrs.get(REMEASURE_OF),
+            prediction=attrs.get(PREDICTION) or {},
         )
 
 

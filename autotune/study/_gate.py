@@ -22,6 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from autotune.bench import Summary
 from autotune.devices import DeviceMemory
 from autotune.engine import EngineConfig
 from autotune.space import (
@@ -47,6 +48,8 @@ class SkipRule(StrEnum):
     UNSUPPORTED = "predicted_unsupported"
     OOM_ORDER = "predicted_oom by memory order"
     OOM_ESTIMATE = "predicted_oom by estimate"
+    WORSE = "predicted_worse"  # the engine model's screening (`_screen.py`)
+    INFEASIBLE = "predicted_infeasible"
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ class Verdict:
     status: TrialStatus | None = None
     reason: str = ""
     rule: SkipRule | None = None
+    # The screening's predicted measurement: the sampler is told it (else the worst values).
+    predicted: Summary | None = None
 
     @property
     def launch(self) -> bool:

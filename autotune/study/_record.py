@@ -79,12 +79,14 @@ class Recorder:
         assert verdict.status is not None
         trial.set_user_attr(keys.STATUS, verdict.status)
         trial.set_user_attr(keys.REASON, verdict.reason)
+        predicted = verdict.predicted
         values = constraint_values(
-            None, self.bounds.values, 0.0, verdict.status, self.spec.min_agreement
-        )
+            predicted, self.bounds.values, self.spec.max_error_rate, verdict.status,
+            self.spec.min_agreement,
+        )  # fmt: skip
         for name, value in values.items():
             trial.set_constraint(name, value)
-        study.tell(trial, objective_values(told_objectives(self.spec), None))
+        study.tell(trial, objective_values(told_objectives(self.spec), predicted))
 
     def measured(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
         """Record a measured trial; if the store fails, say where the measurement is kept."""

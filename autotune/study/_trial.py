@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from autotune.study._harness import Harness
 from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._record import Recorder
 from autotune.study._reingest import write_trial_record
+from autotune.study._screen import SCREENED_ROLES, Screen, predict_on, screen_on
 from autotune.study._worker import worker_attr
 
 _ASK_LOCK = threading.Lock()  # one `study.ask` at a time in this process
@@ -89,6 +90,9 @@ class TrialRunner:
             devices=harness.pool.size if harness.pool is not None else 1,
             lanes=harness.lanes,
         )
+        platform = harness.space.platform
+        self.screen = Screen(self.spec, platform) if predict_on(self.spec) else None
+        self.screen_on = screen_on(self.spec)
 
     def run_one(self, study: optuna.Study, lane: int) -> TrialOutcome:
         """Ask for a config and run it."""
@@ -114,6 +118,8 @@ class TrialRunner:
         description = self.harness.space.describe(params)
         self.recorder.proposed(trial, description, config)
         verdict = self._gate_verdict(study, trial, config)
+        if verdict.launch:
+            verdict = self._screened(study, trial, config)
         if not verdict.launch:
             return TrialOutcome(trial.number, verdict=verdict)
         slot = self.slots.claim(trial.number, self.spec.trials)
@@ -215,6 +221,27 @@ class TrialRunner:
                 f"the baseline config breaks a known constraint: {verdict.reason}"
                 " (fix the fixed options or the space's baseline values)"
             )
+        return verdict
+
+    def _screened(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> Verdict:
+        """The engine model's prediction of the proposal, stored with it before it runs; the
+        screening's verdict on a sampler's proposal (`_screen.py`). One that keeps it from
+        launching is recorded, told the predicted values."""
+        if self.screen is None:
+            return LAUNCH
+        records = [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]
+        bounds = self.harness.bounds.values
+        prediction = self.screen.predict(records, config.args, bounds)
+        if prediction is None:
+            return LAUNCH
+        trial.set_user_attr(keys.PREDICTION, prediction.stored())
+        if not self.screen_on or trial.user_attrs.get(keys.ROLE, "") not in SCREENED_ROLES:
+            return LAUNCH
+        verdict = self.screen.verdict(prediction, records, bounds)
+        if verdict is None:
+            return LAUNCH
+        verdict = replace(verdict, predicted=prediction.summary)
+        self._skip(study, trial, verdict)
         return verdict
 
     def _rules(self, finished: list[FrozenTrial], baseline: bool) -> list[LearnedRule]:
