@@ -14,12 +14,14 @@ launched trials and in device seconds (start-up + the benchmark, as a real trial
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import os
 import random
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,10 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-from autotune.bench import LoadProfile, Stats, Summary
+from autotune import layout
+from autotune.bench import LoadProfile, Stats, Summary, write_records
 from autotune.devices import DevicePool
+from autotune.devices._hostlock import LOCK_DIR_ENV
 from autotune.engine import EngineConfig
 from autotune.export import choose_export
 from autotune.measure import Measurement
@@ -36,7 +40,7 @@ from autotune.selection import SelectionError
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
-from autotune.store import StudyStore
+from autotune.store import StudyStore, TrialFacts
 from autotune.study import Harness, StudyRunner
 
 from .landscapes import Landscape
@@ -108,14 +112,20 @@ class SimMeasure:
         # queues grow (so the drift fit reads no drift there, autotune.drift says why).
         land = self.truth.landscape
         cfg = sim_config(land, config.args)
-        raw = result
-        if f != 1.0:
-            raw = simulate(land.hardware, cfg, land.workload, speed=f)
+        raw = simulate(land.hardware, cfg, land.workload, speed=f, records=True)
         device_s = STARTUP_S + raw.duration_s
         self.clock_s += device_s
         summary = measured_summary(land, raw)
+        # What a real trial leaves for the engine model: its requests and the KV capacity its
+        # engine logged (`autotune.predict`).
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        write_records(trial_dir / layout.REQUESTS, raw.records)
+        assert raw.memory is not None
+        facts = TrialFacts(kv_cache_tokens=raw.memory.kv_tokens)
         # The drift's clock is the device time spent (the recorder stores it as measured_at).
-        return Measurement(TrialStatus.OK, summary=summary, device_s=device_s, at_s=self.clock_s)
+        return Measurement(
+            TrialStatus.OK, summary=summary, engine=facts, device_s=device_s, at_s=self.clock_s
+        )
 
 
 def load_profile(landscape: Landscape) -> LoadProfile:
@@ -183,12 +193,22 @@ class Method:
 
 
 METHODS = {
-    "gp": Method("gp", {"search": "goal", "sampler": "gp"}),
-    "gp-once": Method("gp-once", {"search": "goal", "sampler": "gp", "remeasure": "off"}),
-    "tpe": Method("tpe", {"search": "goal", "sampler": "tpe"}),
-    "tpe-once": Method("tpe-once", {"search": "goal", "sampler": "tpe", "remeasure": "off"}),
-    "tpe-pareto": Method("tpe-pareto", {"search": "pareto", "sampler": "tpe"}),
-    "random": Method("random", {"search": "goal", "sampler": "random", "remeasure": "off"}),
+    # The default search before screening (autotune.study._screen): the GP, told only what
+    # was measured.
+    "gp": Method("gp", {"search": "goal", "sampler": "gp", "screen": "off"}),
+    # The same, and each proposal screened by the engine model fitted to the study's trials.
+    "gp-screen": Method("gp-screen", {"search": "goal", "sampler": "gp", "screen": "on"}),
+    "gp-once": Method(
+        "gp-once", {"search": "goal", "sampler": "gp", "remeasure": "off", "screen": "off"}
+    ),
+    "tpe": Method("tpe", {"search": "goal", "sampler": "tpe", "screen": "off"}),
+    "tpe-once": Method(
+        "tpe-once", {"search": "goal", "sampler": "tpe", "remeasure": "off", "screen": "off"}
+    ),
+    "tpe-pareto": Method("tpe-pareto", {"search": "pareto", "sampler": "tpe", "screen": "off"}),
+    "random": Method(
+        "random", {"search": "goal", "sampler": "random", "remeasure": "off", "screen": "off"}
+    ),
 }
 
 
@@ -235,6 +255,21 @@ def spec_for(landscape: Landscape, method: Method, seed: int, trials: int, root:
     )
 
 
+@contextlib.contextmanager
+def own_locks(folder: Path) -> Iterator[None]:
+    """The study's host lock in a folder of its own: a simulated trial holds no device, so
+    studies side by side (`--jobs`) or a real study on this host need not take turns."""
+    before = os.environ.get(LOCK_DIR_ENV)
+    os.environ[LOCK_DIR_ENV] = str(folder / "locks")
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[LOCK_DIR_ENV]
+        else:
+            os.environ[LOCK_DIR_ENV] = before
+
+
 def run_method(
     landscape: Landscape,
     method: Method,
@@ -246,7 +281,7 @@ def run_method(
     root: Path | None = None,
 ) -> list[Step]:
     """One study of `method`: the truth of export's choice after each launched trial."""
-    with tempfile.TemporaryDirectory(dir=root) as tmp:
+    with tempfile.TemporaryDirectory(dir=root) as tmp, own_locks(Path(tmp)):
         spec = spec_for(landscape, method, seed, trials, Path(tmp))
         space = load_space(spec.space)
         measure = SimMeasure(truth, noise=noise, drift=drift, seed=seed * 7919 + 1)
