@@ -14,6 +14,7 @@ from autotune.cli._dashboard import dashboard, report
 from autotune.cli._devices import devices
 from autotune.cli._doctor import doctor
 from autotune.cli._logs import logs
+from autotune.cli._predict import predict
 from autotune.cli._profile import profile
 from autotune.cli._results import export, show
 from autotune.cli._size import size
@@ -56,6 +57,7 @@ app.command()(show)
 app.command()(studies)
 app.command()(logs)
 app.command()(export)
+app.command()(predict)
 app.command()(dashboard)
 app.command()(report)
 app.command()(profile)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from autotune.study import (
     TrialFinished,
     TrialSkipped,
     TrialStarted,
+    percentage_errors,
 )
 
 
@@ -190,16 +192,29 @@ def _columns(rows: Sequence[TrialRecord]) -> list[str]:
     if any("peak_memory_gib" in t.metrics for t in rows):
         heads.append("peak GiB")
     tail = ["agree"] if any("agreement_tokens" in t.metrics for t in rows) else []
-    return [*heads, "out tok/s", "vs base", "TTFT p50/p99 ms", "TPOT p50/p99 ms", *tail]
+    predicted = [PREDICTED_TPS] if any(_predicted(t) for t in rows) else []
+    return [*heads, "out tok/s", *predicted, "vs base", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
+            *tail]  # fmt: skip
+
+
+PREDICTED_TPS = "predicted"  # the engine model's output tok/s, made before the trial ran
+
+
+def _predicted(t: TrialRecord) -> str:
+    """The engine model's output tok/s for the trial, predicted before it ran ("" if none)."""
+    interval = (t.prediction.get("metrics") or {}).get("output_throughput")
+    return f"~{interval[1]:,.0f}" if interval else ""
 
 
 def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None) -> list[str]:
     if not t.measured:
-        return ["" if h == "vs base" else "-" for h in heads]
+        return [_predicted(t) if h == PREDICTED_TPS else "" if h == "vs base" else "-"
+                for h in heads]  # fmt: skip
     cells = {
         "capacity req/s": f"{t.metric('capacity_rps'):.2f}",
         "peak GiB": f"{t.metric('peak_memory_gib'):.2f}",
         "out tok/s": _with_spread(t, "output_throughput", ",.0f"),
+        PREDICTED_TPS: _predicted(t),
         "vs base": _ratio(t.metric("output_throughput"), base_tps),
         "TTFT p50/p99 ms": f"{t.metric('p50_ttft_ms'):.1f} / {t.metric('p99_ttft_ms'):.1f}",
         "TPOT p50/p99 ms": f"{t.metric('p50_tpot_ms'):.2f} / {t.metric('p99_tpot_ms'):.2f}",
@@ -340,14 +355,35 @@ def print_front(
     predicted = sum(t.status in PREDICTED_STATUSES for t in rows)
     if predicted:
         console.print(
-            f"~ {predicted} predicted, never launched: the gate's prediction from an earlier "
-            "trial's failure, not a measurement"
+            f"~ {predicted} predicted, never launched: the gate's prediction from earlier "
+            "trials (a failure, or the engine model), not a measurement"
         )
+    line = model_error_line(records)
+    if line:
+        console.print(line)
     names = ", ".join(f"{m} ({d[:3]})" for m, d in objectives)
     console.print(f"objectives: {names}; SLOs: {describe_slos(attrs)}")
     if not front:
         console.print("[yellow]no measured trial meets every constraint yet[/]")
     print_confirm(console, attrs)
+
+
+def model_error_line(records: Sequence[TrialRecord]) -> str:
+    """How far the engine model's predictions, made before each trial ran, were from what it
+    measured (MAPE); "" before any was scored."""
+    errors = percentage_errors(records)
+    shown = [
+        ("output_throughput", "tok/s"),
+        ("p50_ttft_ms", "TTFT p50"),
+        ("p99_ttft_ms", "p99"),
+        ("p50_tpot_ms", "TPOT p50"),
+        ("p99_tpot_ms", "p99"),
+    ]
+    if not errors.get("output_throughput"):
+        return ""
+    parts = [f"{label} {statistics.fmean(errors[m]):.0%}" for m, label in shown if errors.get(m)]
+    n = len(errors["output_throughput"])
+    return f"engine model, predicted before each of {n} trials ran: MAPE " + ", ".join(parts)
 
 
 def print_infeasible(

@@ -88,6 +88,9 @@ class TrialView(View):
     log: str = ""
     log_source: str = ""
     records_note: str = ""
+    # The engine model's prediction, made before the trial ran: [metric, low, mid, high,
+    # measured] rows (autotune.predict).
+    predicted: list[list[Any]] = Field(default_factory=list)
     figures: dict[str, Any] = Field(default_factory=dict)
     profile: Profile | None = None
     signature: str = ""
@@ -98,6 +101,9 @@ def find_trial(records: list[TrialRecord], number: int) -> TrialRecord:
         if t.number == number:
             return t
     raise UnknownTrial(f"no trial {number} in this study (it has {len(records)} trials)")
+
+
+PREDICTED_SHOWN = ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms")
 
 
 def trial_view(catalog: Catalog, name: str, number: int) -> TrialView:
@@ -135,6 +141,11 @@ def trial_view(catalog: Catalog, name: str, number: int) -> TrialView:
         log=log,
         log_source=source,
         records_note=note,
+        predicted=[
+            [name, low, mid, high, t.metric(name) if t.measured else None]
+            for name, (low, mid, high) in (t.prediction.get("metrics") or {}).items()
+            if name in PREDICTED_SHOWN
+        ],
         figures=figures,
         profile=read_profile(profile_dir(catalog, name, t)),
         signature=signature(records, attrs),

@@ -68,7 +68,8 @@ def _export(v: TrialView, frame: Frame) -> str:
 
 def _metrics(v: TrialView) -> str:
     if not v.measured and not v.latencies:
-        return "<h2>Metrics</h2><p class='note'>not measured: " + esc(v.reason or v.status) + "</p>"
+        note = "<h2>Metrics</h2><p class='note'>not measured: " + esc(v.reason or v.status) + "</p>"
+        return note + _predicted(v)
     rows = [
         [
             esc(row.latency),
@@ -84,7 +85,23 @@ def _metrics(v: TrialView) -> str:
         [[esc(k), num(x)] for k, x in sorted(v.constraints.items())],
     )
     engine = table(["engine fact", "value"], [[esc(k), num(x)] for k, x in v.engine.items()])
-    return f"<h2>Metrics</h2>{latency}{others}<h2>Constraints and engine</h2>{constraints}{engine}"
+    return (
+        f"<h2>Metrics</h2>{latency}{others}{_predicted(v)}"
+        f"<h2>Constraints and engine</h2>{constraints}{engine}"
+    )
+
+
+def _predicted(v: TrialView) -> str:
+    """The engine model's prediction beside the measurement (made before the trial ran)."""
+    if not v.predicted:
+        return ""
+    rows = [
+        [esc(name), num(low, ",.2f"), num(mid, ",.2f"), num(high, ",.2f"),
+         num(measured, ",.2f") if measured is not None else "-"]
+        for name, low, mid, high, measured in v.predicted
+    ]  # fmt: skip
+    head = ["predicted before it ran", "low", "predicted", "high", "measured"]
+    return "<h2>Engine model</h2>" + table(head, rows)
 
 
 def _distributions(v: TrialView) -> str:

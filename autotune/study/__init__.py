@@ -20,6 +20,7 @@ from autotune.study._harness import (
 from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._opening import SPEC_ATTR, check_warm_start
 from autotune.study._runner import StudyResult, StudyRunner
+from autotune.study._screen import percentage_errors, study_model
 from autotune.study._trial import TrialOutcome
 
 __all__ = [
@@ -45,6 +46,8 @@ __all__ = [
     "check_warm_start",
     "learned_rules",
     "on_this_host",
+    "percentage_errors",
     "read_host_facts",
+    "study_model",
     "trial_engine_config",
 ]

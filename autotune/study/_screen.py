@@ -30,7 +30,7 @@ from typing import Any
 
 from autotune import layout
 from autotune import store as keys
-from autotune.bench import read_records
+from autotune.bench import LoadProfile, read_records
 from autotune.predict import EngineModel, Prediction, Sample, error, widths_of
 from autotune.selection import dominates
 from autotune.space import engine_default
@@ -89,11 +89,6 @@ class Screen:
     def _calibrate(
         self, measured: Sequence[TrialRecord], trials: Sequence[TrialRecord]
     ) -> EngineModel | None:
-        recent = sorted(measured, key=lambda t: t.number)[-MAX_FIT:]
-        samples = [s for s in map(sample, recent) if s is not None]
-        if not samples:
-            return None
-        defaults = engine_defaults(trials, self.platform)
         start = self._model.coef if self._model is not None else None
         # The coefficients are refitted once a quarter more trials are measured (each fit
         # replays every trial several times); the KV capacities and errors, every time.
@@ -101,9 +96,7 @@ class Screen:
         refit = start is None or n - self._fitted >= max(1, self._fitted // 4)
         if refit:
             self._fitted = n
-        return EngineModel.calibrate(
-            samples, self.spec.load, defaults, scored(trials), start, refit=refit
-        )
+        return study_model(trials, self.spec.load, self.platform, start, refit=refit)
 
     def predict(
         self,
@@ -186,6 +179,39 @@ def _worse(measured: float, modelled: float | None, sign: float) -> float:
     if modelled is None:
         return measured
     return min(measured, modelled) if sign > 0 else max(measured, modelled)
+
+
+def study_model(
+    trials: Sequence[TrialRecord],
+    load: LoadProfile,
+    platform: str,
+    start: Sequence[float] | None = None,
+    refit: bool = True,
+) -> EngineModel | None:
+    """The engine model of a study's measured trials (the `MAX_FIT` most recent whose records
+    and KV capacity are here), its intervals as wide as its scored predictions' errors."""
+    measured = [t for t in trials if t.status == TrialStatus.OK and t.trial_dir]
+    recent = sorted(measured, key=lambda t: t.number)[-MAX_FIT:]
+    samples = [s for s in map(sample, recent) if s is not None]
+    if not samples:
+        return None
+    defaults = engine_defaults(trials, platform)
+    return EngineModel.calibrate(samples, load, defaults, scored(trials), start, refit=refit)
+
+
+def percentage_errors(trials: Sequence[TrialRecord]) -> dict[str, list[float]]:
+    """Each metric's absolute percentage errors of the predictions made before trials that
+    were then measured (|predicted - measured| / measured)."""
+    out: dict[str, list[float]] = {}
+    for t in trials:
+        predicted = t.prediction.get("metrics") or {}
+        if t.status != TrialStatus.OK:
+            continue
+        for name, (_low, mid, _high) in predicted.items():
+            measured = t.metric(name)
+            if measured > 0 and math.isfinite(measured) and math.isfinite(mid):
+                out.setdefault(name, []).append(abs(mid - measured) / measured)
+    return out
 
 
 def lower_is_better(metric: str) -> bool:

@@ -35,6 +35,16 @@ def test_study_measures_every_trial_stores_a_front_and_leaves_no_engine(study_ro
     assert launched[0].role == "baseline" and launched[0].measured
     measured = [t for t in launched if t.measured]
     assert len(measured) >= TRIALS - 1, [(t.status, t.reason) for t in launched]
+    # The engine model (autotune.predict) of the trials before it predicted each later trial
+    # before its engine started, and the prediction is stored with it.
+    for t in launched[1:]:
+        assert t.prediction and t.prediction["trials"] >= 1, t.number
+        if t.measured:
+            started = (t.measured_at or 0) - (t.engine.startup_s or 0)
+            assert t.prediction["at"] < started
+            low, mid, high = t.prediction["metrics"]["output_throughput"]
+            assert low <= mid <= high
+            assert 1 / 3 < t.metric("output_throughput") / mid < 3  # a model, not a guess
     assert any(t.feasible for t in measured)
     for t in measured:
         assert t.metrics["completed"] == PROMPTS and t.metrics["errors"] == 0

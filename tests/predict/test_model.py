@@ -125,5 +125,7 @@ def test_capacity_without_a_kv_size_follows_the_memory_options() -> None:
             [(0.8, 2048), (0.9, 2048), (0.9, 8192), (0.85, 4096), (0.95, 1024)]]  # fmt: skip
     got = Capacity(line).tokens({"gpu_memory_utilization": 0.88, "max_num_batched_tokens": 6000})
     assert got == pytest.approx(1e6 * 0.88 - 20 * 6000 - 1e5, rel=1e-3)
-    few = Capacity(line[:2]).tokens({"gpu_memory_utilization": 0.81, "max_num_batched_tokens": 2048})
+    few = Capacity(line[:2]).tokens(
+        {"gpu_memory_utilization": 0.81, "max_num_batched_tokens": 2048}
+    )
     assert few == line[0].kv_tokens  # too few to fit a line: the closest measured trial's

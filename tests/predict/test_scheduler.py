@@ -53,7 +53,9 @@ def test_a_small_kv_pool_preempts_and_a_too_small_one_is_refused() -> None:
     work = arrivals(100, 512, 256, rate=None, cap=100)
     roomy, tight = replay(config(100), TIMER, work), replay(config(100, blocks=400), TIMER, work)
     assert roomy.preemptions == 0 < tight.preemptions
-    assert summarize(tight.records()).output_throughput < summarize(roomy.records()).output_throughput
+    assert (
+        summarize(tight.records()).output_throughput < summarize(roomy.records()).output_throughput
+    )
     assert not fits_one_request(config(8, blocks=10), work.lengths)  # 160 tokens < a request
 
 

@@ -1,0 +1,155 @@
+"""`autotune predict`: what a config would measure, by the engine model of a study's trials."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from autotune.cli._common import InputError, cli_errors, console, open_store
+from autotune.cli._table import Format
+
+StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
+RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
+# The engine options the model reads; others (prefix caching, kernels) it cannot tell apart.
+MODELLED = frozenset(
+    {
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "block_size",
+        "enable_chunked_prefill",
+        "kv_cache_memory_bytes",
+        "gpu_memory_utilization",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+    }
+)
+SHOWN = (
+    "output_throughput",
+    "request_throughput",
+    "p50_ttft_ms",
+    "p99_ttft_ms",
+    "p50_tpot_ms",
+    "p99_tpot_ms",
+    "p99_e2e_ms",
+)
+
+
+def predict(
+    study: Annotated[str, typer.Argument(help="Study name")],
+    settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="NAME=VALUE: a parameter of the study's space or an engine option (repeat "
+            "it); the rest is the baseline's config",
+        ),
+    ] = None,
+    output_format: Annotated[Format, typer.Option("--format", help="table or json")] = Format.TABLE,
+    storage: StorageOpt = None,
+    root: RootOpt = Path("studies"),
+) -> None:
+    """Predict a config's metrics, with intervals, by the engine model fitted to the study's
+    measured trials (no launch)."""
+    from autotune.bench import LoadProfile
+    from autotune.predict import PREDICTED
+    from autotune.selection import baseline
+    from autotune.study import percentage_errors, study_model
+    from autotune.study._screen import options
+
+    with cli_errors():
+        store = open_store(study, storage, root, read_only=True)
+        records = store.trials(study)
+        attrs = store.study_attrs(study)
+        base = baseline(records)
+        if base is None:
+            raise InputError(f"study {study!r} has no measured baseline to start the config from")
+        config, ignored = _config(base.config, base.params, attrs, settings or [])
+        if attrs.get("scenario") == "offline" or attrs.get("capacity"):
+            raise InputError("the engine model replays an online load at a fixed rate only")
+        load = LoadProfile.model_validate(attrs.get("load") or {"rate": 8.0})
+        model = study_model(records, load, str(attrs.get("platform") or "cpu"))
+        if model is None:
+            raise InputError(
+                f"study {study!r} has no measured trial whose request records and logged KV "
+                "capacity are on this machine: nothing to calibrate the engine model on"
+            )
+        prediction = model.predict(options(config), attrs.get("slos") or {})
+        errors = percentage_errors(records)
+    if output_format is Format.JSON:
+        out = {"config": config, "prediction": prediction.stored(), "ignored": ignored,
+               "mape": {k: statistics.fmean(v) for k, v in errors.items()}}  # fmt: skip
+        typer.echo(json.dumps(out, indent=2, default=str))
+        return
+    changed = " ".join(settings or []) or "the baseline's config"
+    console.print(
+        f"Study {study}: {changed}, predicted by the engine model of {prediction.trials} "
+        f"measured trials (KV cache {prediction.kv_tokens:,} tokens)"
+    )
+    if prediction.failure is not None:
+        console.print(f"predicted not to start: {prediction.failure} (the KV cache cannot hold "
+                      "the workload's longest request)")  # fmt: skip
+        raise typer.Exit(1)
+    for name in SHOWN if set(SHOWN) <= set(PREDICTED) else PREDICTED:
+        i = prediction.metrics[name]
+        mape = errors.get(name)
+        so_far = (
+            f"   error so far {statistics.fmean(mape):.0%} (MAPE of {len(mape)})" if mape else ""
+        )
+        console.print(f"  {name:<20} {i.mid:>12,.2f}   ({i.low:,.2f} - {i.high:,.2f}){so_far}")
+    if ignored:
+        console.print(f"the model does not read {', '.join(ignored)}: predicted as the baseline")
+
+
+def _config(
+    base: dict[str, Any], params: dict[str, Any], attrs: dict[str, Any], settings: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """The baseline's engine options with `settings` applied (a space parameter through the
+    space, which may scale or rename it; else an engine option); and the names set that the
+    model does not read."""
+    from autotune.space import SpaceError, load_space
+    from autotune.study._screen import options
+
+    config = options(base)
+    space = None
+    spec = attrs.get("spec") or {}
+    if spec.get("space"):
+        try:
+            space = load_space(spec["space"])
+        except SpaceError:
+            space = None
+    params = dict(params)
+    raw: dict[str, Any] = {}
+    for item in settings:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise InputError(f"--set {item!r}: expected NAME=VALUE")
+        value = yaml.safe_load(text)
+        if space is not None and name in space.distributions():
+            params[name] = value
+        elif name.replace("-", "_") in MODELLED or name.replace("-", "_") in config:
+            raw[name.replace("-", "_")] = value
+        else:
+            raise InputError(
+                f"--set {name}: not a parameter of the study's space nor an engine option the "
+                f"model reads ({', '.join(sorted(MODELLED))})"
+            )
+    if space is not None:
+        config.update(options(space.to_engine(params)[0]))
+    config.update(raw)
+    ignored = [name for name in (s.partition("=")[0] for s in settings)
+               if _option_of(space, name) not in MODELLED]  # fmt: skip
+    return config, ignored
+
+
+def _option_of(space: Any, name: str) -> str | None:
+    """The engine option that `name` sets: a space parameter's (None: an env variable), else
+    the name itself."""
+    for p in space.parameters if space is not None else ():
+        if p.name == name:
+            return p.target_option.replace("-", "_") if p.target_option else None
+    return name.replace("-", "_")
