@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from study.fakes import MODEL_ENGINE_LOAD, MakeSpec, ModelEngine, run
 
 from autotune.space import SearchSpace
 from autotune.store import TrialRecord
 from cli.conftest import Invoke
-from study.fakes import MODEL_ENGINE_LOAD, MakeSpec, ModelEngine, run
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def study(make_spec: MakeSpec, space: SearchSpace) -> tuple[Path, list[TrialReco
 def test_predict_answers_a_what_if_with_an_interval(
     study: tuple[Path, list[TrialRecord]], cli: Invoke
 ) -> None:
-    root, trials = study
+    root, _ = study
     out = cli("predict", "s", "--root", root, "--set", "max_num_seqs=8", "--set",
               "kv_cache_mib=256", "--format", "json")  # fmt: skip
     assert out.exit_code == 0, out.output  # type: ignore[attr-defined]
@@ -91,6 +91,6 @@ def test_the_dashboards_trial_page_puts_the_prediction_beside_the_measurement(
     page = trial_main(trial_view(Catalog(root, None, "s"), "s", later.number), Frame())
     assert "<h2>Engine model</h2>" in page and "predicted before it ran" in page
     low, mid, high = later.prediction["metrics"]["output_throughput"]
-    assert f"{mid:,.2f}" in page and f"{later.metric('output_throughput'):,.2f}" in page
+    assert all(f"{x:,.2f}" in page for x in (low, mid, high, later.metric("output_throughput")))
     baseline = trial_main(trial_view(Catalog(root, None, "s"), "s", 0), Frame())
     assert "Engine model" not in baseline  # nothing to predict it from
