@@ -56,10 +56,9 @@ def predict(
     """Predict a config's metrics, with intervals, by the engine model fitted to the study's
     measured trials (no launch)."""
     from autotune.bench import LoadProfile
-    from autotune.predict import PREDICTED
+    from autotune.predict import PREDICTED, engine_options
     from autotune.selection import baseline
     from autotune.study import percentage_errors, study_model
-    from autotune.study._screen import options
 
     with cli_errors():
         store = open_store(study, storage, root, read_only=True)
@@ -78,7 +77,7 @@ def predict(
                 f"study {study!r} has no measured trial whose request records and logged KV "
                 "capacity are on this machine: nothing to calibrate the engine model on"
             )
-        prediction = model.predict(options(config), attrs.get("slos") or {})
+        prediction = model.predict(engine_options(config), attrs.get("slos") or {})
         errors = percentage_errors(records)
     if output_format is Format.JSON:
         out = {"config": config, "prediction": prediction.stored(), "ignored": ignored,
@@ -111,10 +110,10 @@ def _config(
     """The baseline's engine options with `settings` applied (a space parameter through the
     space, which may scale or rename it; else an engine option); and the names set that the
     model does not read."""
+    from autotune.predict import engine_options
     from autotune.space import SpaceError, load_space
-    from autotune.study._screen import options
 
-    config = options(base)
+    config = engine_options(base)
     space = None
     spec = attrs.get("spec") or {}
     if spec.get("space"):
@@ -139,7 +138,7 @@ def _config(
                 f"model reads ({', '.join(sorted(MODELLED))})"
             )
     if space is not None:
-        config.update(options(space.to_engine(params)[0]))
+        config.update(engine_options(space.to_engine(params)[0]))
     config.update(raw)
     ignored = [name for name in (s.partition("=")[0] for s in settings)
                if _option_of(space, name) not in MODELLED]  # fmt: skip

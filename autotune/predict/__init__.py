@@ -8,6 +8,7 @@ from autotune.predict._model import (
     Interval,
     Prediction,
     Sample,
+    engine_options,
     error,
     widths_of,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "SchedulerConfig",
     "StepShape",
     "StepTimer",
+    "engine_options",
     "error",
     "fits_one_request",
     "replay",

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from autotune.bench import LoadProfile, RequestRecord, Summary, summarize
+from autotune.engine import logical_option
 from autotune.predict._fit import LinearTimer, Observed, fit, usable
 from autotune.predict._replay import Arrivals, fits_one_request, replay
 from autotune.predict._scheduler import SchedulerConfig
@@ -78,6 +79,12 @@ class Prediction:
             out["failure"] = self.failure
         out["metrics"] = {k: v.stored() for k, v in self.metrics.items()}
         return out
+
+
+def engine_options(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine options as the model reads them (`max_num_seqs`), from a config in its YAML
+    spelling as a trial stores it (`max-num-seqs`, `no-KEY: true`) or already logical."""
+    return dict(logical_option(str(key), value) for key, value in config.items())
 
 
 def tp_of(args: Mapping[str, Any]) -> int:

@@ -31,7 +31,14 @@ from typing import Any
 from autotune import layout
 from autotune import store as keys
 from autotune.bench import LoadProfile, read_records
-from autotune.predict import EngineModel, Prediction, Sample, error, widths_of
+from autotune.predict import (
+    EngineModel,
+    Prediction,
+    Sample,
+    engine_options,
+    error,
+    widths_of,
+)
 from autotune.selection import dominates
 from autotune.space import engine_default
 from autotune.spec import TuneSpec
@@ -108,11 +115,11 @@ class Screen:
         model = self.model(trials)
         if model is None:
             return None
-        key = json.dumps([options(config), dict(bounds)], sort_keys=True, default=str)
+        key = json.dumps([engine_options(config), dict(bounds)], sort_keys=True, default=str)
         with self._lock:
             known = self._cache.get(key)
         if known is None:
-            known = model.predict(options(config), bounds)
+            known = model.predict(engine_options(config), bounds)
             with self._lock:
                 self._cache[key] = known
         return known
@@ -218,11 +225,6 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith("_ms") or metric == "error_rate"
 
 
-def options(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Engine options as the model reads them: underscores (`max_num_seqs`)."""
-    return {str(k).replace("-", "_"): v for k, v in config.items()}
-
-
 def sample(trial: TrialRecord) -> Sample | None:
     """A measured trial as the model reads it, or None (no records here, no KV figure)."""
     kv = trial.engine.kv_cache_tokens
@@ -232,13 +234,13 @@ def sample(trial: TrialRecord) -> Sample | None:
         records = read_records(Path(trial.trial_dir) / layout.REQUESTS)
     except (OSError, ValueError):
         return None
-    return Sample(options(trial.config), kv, records) if records else None
+    return Sample(engine_options(trial.config), kv, records) if records else None
 
 
 def engine_defaults(trials: Sequence[TrialRecord], platform: str) -> dict[str, Any]:
     """What the engine runs for a schedule option a config leaves unset: the baseline's value
     (it sets the defaults vLLM computes for the device), else vLLM's for the platform."""
-    base = next((options(t.config) for t in trials if t.role == keys.ROLE_BASELINE), {})
+    base = next((engine_options(t.config) for t in trials if t.role == keys.ROLE_BASELINE), {})
     names = ("max_num_seqs", "max_num_batched_tokens", "block_size", "enable_chunked_prefill")
     return {
         name: base[name] if base.get(name) is not None else engine_default(platform, name)
