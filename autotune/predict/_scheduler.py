@@ -198,7 +198,9 @@ class Scheduler:
         running = self.running
         if not running or self._admissible():
             return None
-        if any(r.computed != r.prompt + r.generated - 1 for r in running):
+        # Decoding: one token sampled, the last one not yet computed (a prompt with one token
+        # left has the same arithmetic, but its step samples the first token).
+        if any(r.generated < 1 or r.computed != r.prompt + r.generated - 1 for r in running):
             return None
         k = min(r.output - r.generated for r in running)
         k = self._block_limited(k)

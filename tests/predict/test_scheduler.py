@@ -79,3 +79,13 @@ def test_the_step_log_adds_up_to_the_replayed_times() -> None:
     for r in run.requests:
         assert r.first_token in ends and r.finish in ends and r.first_step >= 0
         assert run.log[r.first_step].end == r.first_token
+
+
+def test_a_prompt_with_one_token_left_samples_its_first_token_in_its_own_step() -> None:
+    """After chunks of 400, a prompt of 801 has one token left: the arithmetic of a decoding
+    request (computed = prompt + generated - 1), but its step samples the first token. The
+    fused decode steps once took it for a decode and finished it with no first token."""
+    run = replay(config(4, tokens=400), TIMER, Arrivals(((801, 5),), (0.0,), None), log=True)
+    (r,) = run.requests
+    assert r.first_token is not None and r.finish is not None and r.first_token < r.finish
+    assert run.log is not None and [s.tokens for s in run.log[:3]] == [400, 400, 1]
