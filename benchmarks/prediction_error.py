@@ -30,10 +30,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autotune.bench import LoadProfile, summarize
-from autotune.predict import EngineModel, Sample
+from autotune.predict import EngineModel, Sample, engine_options
 from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord
-from autotune.study._screen import engine_defaults, options, sample
+from autotune.study._screen import engine_defaults, sample
 
 METRICS = ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms")
 FIRST = 5
@@ -122,7 +122,7 @@ def from_landscape(
             continue
         timer = RooflineTimer(step_cost(land.hardware, cfg))
         records = replay(scheduler_config(cfg, memory), timer, land.workload.arrivals()).records()
-        samples.append(Sample(options(args), memory.kv_tokens, records))
+        samples.append(Sample(engine_options(args), memory.kv_tokens, records))
         summary = summarize(records)
         truth.append({m: summary.metric(m) for m in METRICS})
     w = land.workload

@@ -131,7 +131,7 @@ class SimMeasure:
 def load_profile(landscape: Landscape) -> LoadProfile:
     """The landscape's load as the tuner's spec states it."""
     w = landscape.workload
-    return LoadProfile(rate=w.rate, concurrency=w.concurrency)
+    return LoadProfile(rate=w.rate, concurrency=w.concurrency, seed=w.seed)
 
 
 def on_clock(result: SimResult, read: float) -> SimResult:
@@ -250,6 +250,8 @@ def spec_for(landscape: Landscape, method: Method, seed: int, trials: int, root:
             "seed": seed,
             "objectives": objectives,
             "slos": dict(landscape.slos),
+            # The load as the landscape sends it (the engine model replays it).
+            "load": load_profile(landscape),
             **method.fields,
         }
     )
