@@ -53,10 +53,12 @@ MAX_FIT = 8  # the model is fitted to the most recent measured trials (where the
 
 
 def screen_on(spec: TuneSpec) -> bool:
-    """Whether proposals are screened (`auto`: see docs/prediction.md for where it helps)."""
+    """Whether proposals are screened. `auto`: in a goal search, where the benchmarks measured
+    that it helps (docs/benchmarks.md, "The engine model"); a Pareto search was not measured,
+    so there it predicts and stores, and screens nothing."""
     if spec.screen != "auto":
         return spec.screen == "on"
-    return predict_on(spec)
+    return predict_on(spec) and spec.search == "goal"
 
 
 def predict_on(spec: TuneSpec) -> bool:

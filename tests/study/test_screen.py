@@ -8,6 +8,7 @@ import pytest
 
 from autotune.space import SearchSpace
 from autotune.status import PREDICTED_STATUSES, TrialStatus
+from autotune.study._screen import predict_on, screen_on
 from study.fakes import MODEL_ENGINE_LOAD as LOAD
 from study.fakes import MakeSpec, ModelEngine, run
 
@@ -48,3 +49,21 @@ def test_a_screened_study_predicts_each_trial_before_it_runs(
     assert sum(result.skips.get(r, 0) for r in ("predicted_worse", "predicted_infeasible")) == len(
         screened
     )
+
+
+@pytest.mark.parametrize(
+    "fields,predicts,screens",
+    [
+        ({}, True, True),  # the default: a goal search at a fixed load
+        ({"search": "pareto"}, True, False),  # not benchmarked: predicted, never screened
+        ({"search": "pareto", "screen": "on"}, True, True),
+        ({"screen": "off"}, False, False),
+        ({"scenario": "offline"}, False, False),  # a batch, not a load the model replays
+        ({"capacity": {}, "slos": {"p99_ttft_ms": 500.0}}, False, False),
+    ],
+)
+def test_auto_screens_a_goal_search_at_a_fixed_load(
+    make_spec: MakeSpec, fields: dict[str, object], predicts: bool, screens: bool
+) -> None:
+    spec = make_spec(**{"search": "goal", **fields})
+    assert (predict_on(spec), screen_on(spec)) == (predicts, screens)
