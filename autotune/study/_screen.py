@@ -1,10 +1,11 @@
 """Screening: the study's engine model predicts each proposal before it is launched.
 
-The model (`autotune.predict.EngineModel`) is calibrated from the study's measured trials (their
-engine options, the KV capacity their engine logged, their request records) and refitted when a
-trial is added. Every launched trial gets its prediction stored before it runs
-(`keys.PREDICTION`), so that the study measures its model's error as it goes: that error is the
-width of the next predictions' intervals. A proposal the sampler made (never the baseline, a
+The model (`autotune.predict.EngineModel`) is calibrated from the study's measured trials
+(their engine options, the KV capacity their engine logged, their request records); its
+intervals follow each measured trial, its coefficients are refitted once a quarter more are
+measured. Every launched trial gets its prediction stored before it runs (`keys.PREDICTION`),
+so that the study measures its model's error as it goes: that error is the width of the next
+predictions' intervals. A proposal the sampler made (never the baseline, a
 repair, a re-measure or a warm start) is recorded unlaunched when, even at the good end of
 each interval,
 
@@ -37,7 +38,6 @@ from autotune.predict import (
     Sample,
     engine_options,
     error,
-    widths_of,
 )
 from autotune.selection import dominates
 from autotune.space import engine_default
@@ -87,12 +87,10 @@ class Screen:
         measured = [t for t in trials if t.status == TrialStatus.OK and t.trial_dir]
         key = tuple(sorted(t.number for t in measured))
         with self._lock:
-            if key != self._key:
+            if key != self._key:  # a trial was measured: its prediction is scored too
                 self._key = key
                 self._model = self._calibrate(measured, trials)
                 self._cache = {}
-            elif self._model is not None:
-                self._model.widths = errors_widths(trials)
             return self._model
 
     def _calibrate(
@@ -262,7 +260,3 @@ def scored(trials: Sequence[TrialRecord]) -> dict[str, list[float]]:
             if e is not None:
                 out.setdefault(name, []).append(e)
     return out
-
-
-def errors_widths(trials: Sequence[TrialRecord]) -> dict[str, float]:
-    return widths_of(scored(trials))
