@@ -81,7 +81,8 @@ def predict(
         errors = percentage_errors(records)
     if output_format is Format.JSON:
         out = {"config": config, "prediction": prediction.stored(), "ignored": ignored,
-               "mape": {k: statistics.fmean(v) for k, v in errors.items()}}  # fmt: skip
+               "mape": {k: statistics.fmean(v) for k, v in errors.items()},
+               "median_ape": {k: statistics.median(v) for k, v in errors.items()}}  # fmt: skip
         typer.echo(json.dumps(out, indent=2, default=str))
         return
     changed = " ".join(settings or []) or "the baseline's config"
@@ -95,9 +96,9 @@ def predict(
         raise typer.Exit(1)
     for name in SHOWN if set(SHOWN) <= set(PREDICTED) else PREDICTED:
         i = prediction.metrics[name]
-        mape = errors.get(name)
+        seen = errors.get(name)
         so_far = (
-            f"   error so far {statistics.fmean(mape):.0%} (MAPE of {len(mape)})" if mape else ""
+            f"   error so far {statistics.median(seen):.0%} (median of {len(seen)})" if seen else ""
         )
         console.print(f"  {name:<20} {i.mid:>12,.2f}   ({i.low:,.2f} - {i.high:,.2f}){so_far}")
     if ignored:

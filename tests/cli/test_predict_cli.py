@@ -73,7 +73,7 @@ def test_show_puts_the_prediction_beside_the_measurement(
     out = cli("show", "s", "--all", "--root", root)
     text = out.output  # type: ignore[attr-defined]
     assert "predicted" in text
-    assert "engine model, predicted before each of 5 trials ran: MAPE tok/s" in text
+    assert "engine model, predicted before each of 5 trials ran: median error tok/s" in text
     later = trials[1]
     assert f"~{later.prediction['metrics']['output_throughput'][1]:,.0f}" in text
 
