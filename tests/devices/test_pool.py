@@ -200,8 +200,10 @@ def test_no_device_is_held_twice_under_concurrent_use() -> None:
 
 
 def test_large_pools_are_placed_quickly() -> None:
+    # The placement's own CPU time (about 1 s here), not the wall clock: beside other work on
+    # 2 cores the wall clock ran 10 times as long (a fresh clone's suite beside a benchmark).
     pool = DevicePool(range(128), platform="cuda")
-    started = time.monotonic()
+    started = time.process_time()
     assert pool.acquire(64).ids == list(range(64))
     assert pool.acquire(63).ids == list(range(64, 127))
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 5
