@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
@@ -60,6 +61,10 @@ class Recorder:
         trial.set_user_attr(keys.DESCRIPTION, description)
         trial.set_user_attr(keys.CONFIG, to_yaml_dict(config))
         trial.set_user_attr(keys.ENV, config.env)
+
+    def predicted(self, trial: Trial, prediction: dict[str, Any]) -> None:
+        """The engine model's prediction of the trial, made now, before it is launched."""
+        trial.set_user_attr(keys.PREDICTION, {**prediction, "at": time.time()})
 
     def worker(self, trial: Trial, worker: Worker) -> None:
         """Who runs the trial (raises UpdateFinishedTrialError if it was settled meanwhile)."""

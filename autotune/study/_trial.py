@@ -11,7 +11,6 @@ study's trials: the OOMs, and the rules that deterministic failures teach (`_lea
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -235,7 +234,7 @@ class TrialRunner:
         prediction = self.screen.predict(records, config.args, bounds)
         if prediction is None:
             return LAUNCH
-        trial.set_user_attr(keys.PREDICTION, {**prediction.stored(), "at": time.time()})
+        self.recorder.predicted(trial, prediction.stored())
         if not self.screen_on or trial.user_attrs.get(keys.ROLE, "") not in SCREENED_ROLES:
             return LAUNCH
         verdict = self.screen.verdict(prediction, records, bounds)
