@@ -338,10 +338,11 @@ def run_grid(landscape: Landscape, truth: Truth, noise: float, drift: float) -> 
     space = load_space(landscape.space)
     measure = SimMeasure(truth, noise=noise, drift=drift, seed=1)
     best_measured, best_truth, steps = -1.0, 0.0, []
-    for params in grid_points(space, landscape):
+    for k, params in enumerate(grid_points(space, landscape)):
         options, _ = space.to_engine(params)
         config = EngineConfig(model="m", args=options)
-        m = measure(config, Path("."))
+        with tempfile.TemporaryDirectory() as tmp:  # a trial folder: the records go there
+            m = measure(config, Path(tmp) / f"grid-{k}")
         value = 0.0
         if m.summary is not None and _meets(m.summary, landscape.slos):
             value = m.summary.metric(landscape.metric)
