@@ -15,19 +15,6 @@ from autotune.cli._table import Format
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
 RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
-# The engine options the model reads; others (prefix caching, kernels) it cannot tell apart.
-MODELLED = frozenset(
-    {
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "block_size",
-        "enable_chunked_prefill",
-        "kv_cache_memory_bytes",
-        "gpu_memory_utilization",
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
-    }
-)
 SHOWN = (
     "output_throughput",
     "request_throughput",
@@ -56,7 +43,7 @@ def predict(
     """Predict a config's metrics, with intervals, by the engine model fitted to the study's
     measured trials (no launch)."""
     from autotune.bench import LoadProfile
-    from autotune.predict import PREDICTED, engine_options
+    from autotune.predict import engine_options
     from autotune.selection import baseline
     from autotune.study import percentage_errors, study_model
 
@@ -94,7 +81,7 @@ def predict(
         console.print(f"predicted not to start: {prediction.failure} (the KV cache cannot hold "
                       "the workload's longest request)")  # fmt: skip
         raise typer.Exit(1)
-    for name in SHOWN if set(SHOWN) <= set(PREDICTED) else PREDICTED:
+    for name in SHOWN:
         i = prediction.metrics[name]
         seen = errors.get(name)
         so_far = (
@@ -111,7 +98,7 @@ def _config(
     """The baseline's engine options with `settings` applied (a space parameter through the
     space, which may scale or rename it; else an engine option); and the names set that the
     model does not read."""
-    from autotune.predict import engine_options
+    from autotune.predict import MODELLED_OPTIONS, engine_options
     from autotune.space import SpaceError, load_space
 
     config = engine_options(base)
@@ -131,18 +118,18 @@ def _config(
         value = yaml.safe_load(text)
         if space is not None and name in space.distributions():
             params[name] = value
-        elif name.replace("-", "_") in MODELLED or name.replace("-", "_") in config:
+        elif name.replace("-", "_") in MODELLED_OPTIONS or name.replace("-", "_") in config:
             raw[name.replace("-", "_")] = value
         else:
             raise InputError(
                 f"--set {name}: not a parameter of the study's space nor an engine option the "
-                f"model reads ({', '.join(sorted(MODELLED))})"
+                f"model reads ({', '.join(sorted(MODELLED_OPTIONS))})"
             )
     if space is not None:
         config.update(engine_options(space.to_engine(params)[0]))
     config.update(raw)
     ignored = [name for name in (s.partition("=")[0] for s in settings)
-               if _option_of(space, name) not in MODELLED]  # fmt: skip
+               if _option_of(space, name) not in MODELLED_OPTIONS]  # fmt: skip
     return config, ignored
 
 

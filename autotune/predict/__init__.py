@@ -3,6 +3,7 @@ over the study's workload (`_scheduler`, `_replay`), a step time fitted to every
 request (`_fit`), and the model that predicts an untried config with an interval (`_model`)."""
 
 from autotune.predict._model import (
+    MODELLED_OPTIONS,
     PREDICTED,
     EngineModel,
     Interval,
@@ -22,6 +23,7 @@ from autotune.predict._scheduler import (
 )
 
 __all__ = [
+    "MODELLED_OPTIONS",
     "PREDICTED",
     "Arrivals",
     "EngineModel",

@@ -40,6 +40,20 @@ PRIOR_WIDTH = math.log(1.5)  # before any prediction was scored: within a factor
 FEW = 5  # below this many scored predictions, the width is the largest error seen
 MIN_WIDTH = 0.03  # no interval narrower than +-3% (the host's own run-to-run noise)
 KV_BYTES = "kv_cache_memory_bytes"
+# The engine options the model reads (the schedule's, the KV cache's, the parallel degree);
+# others (prefix caching, quantization, kernels) it cannot tell apart.
+MODELLED_OPTIONS = frozenset(
+    {
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "block_size",
+        "enable_chunked_prefill",
+        KV_BYTES,
+        "gpu_memory_utilization",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -167,17 +181,17 @@ class EngineModel:
         """The model of `samples` (None without one usable trial); `errors`: the scored
         predictions' errors by metric (the intervals' widths); `start`: the fit's start, or
         without `refit` the coefficients to keep."""
-        kept = [s for s in samples if s.kv_tokens > 0 and usable(s.records)]
+        pairs = [(s, usable(s.records)) for s in samples if s.kv_tokens > 0]
+        kept = [(s, records) for s, records in pairs if records]
         if not kept:
             return None
         observed = [
-            Observed(
-                scheduler_config(s.args, s.kv_tokens, defaults), tp_of(s.args), usable(s.records)
-            )
-            for s in kept
+            Observed(scheduler_config(s.args, s.kv_tokens, defaults), tp_of(s.args), records)
+            for s, records in kept
         ]
         coef = fit(observed, start) if refit or start is None else tuple(start)
-        return cls(coef, workload(kept[0].records, load), Capacity(kept), defaults, len(kept),
+        used = [s for s, _ in kept]
+        return cls(coef, workload(used[0].records, load), Capacity(used), defaults, len(used),
                    widths_of(errors or {}))  # fmt: skip
 
     def predict(
@@ -190,23 +204,13 @@ class EngineModel:
             return Prediction(kv_tokens=kv, trials=self.trials, failure="kv_capacity")
         timer = LinearTimer(self.coef, tp_of(args))
         run = replay(cfg, timer, self.workload)
-        records = [
-            RequestRecord(r.index, r.send_time, _shifted(r.first_token_time, timer.per_request),
-                          tuple(t + timer.per_request for t in r.token_times),
-                          r.end_time + timer.per_request, r.prompt_tokens, r.output_tokens)
-            for r in run.records()
-        ]  # fmt: skip
-        summary = summarize(records, slos)
+        summary = summarize(run.records(shift=timer.per_request), slos)
         metrics = {}
         for name in PREDICTED:
             mid = float(summary.metric(name))
             w = self.widths.get(name, PRIOR_WIDTH)
             metrics[name] = Interval(mid * math.exp(-w), mid, mid * math.exp(w))
         return Prediction(metrics, kv, self.trials, summary=summary)
-
-
-def _shifted(value: float | None, by: float) -> float | None:
-    return None if value is None else value + by
 
 
 def workload(records: Sequence[RequestRecord], load: LoadProfile) -> Arrivals:

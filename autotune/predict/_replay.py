@@ -39,20 +39,22 @@ class Replayed:
     preemptions: int
     log: list[StepShape] | None = None
 
-    def records(self, every_token: bool = True) -> list[RequestRecord]:
+    def records(self, every_token: bool = True, shift: float = 0.0) -> list[RequestRecord]:
         """The run as the load client would have recorded it (the tokens after the first
         spread evenly until the last: the replay does not keep every token's time; without
-        `every_token`, only the first and the last)."""
+        `every_token`, only the first and the last). `shift`: seconds added to every token's
+        time (the API server's own work per request, which the schedule does not see)."""
         out = []
         for r in self.requests:
             assert r.first_token is not None and r.finish is not None
             n = r.output
-            gap = (r.finish - r.first_token) / (n - 1) if n > 1 else 0.0
+            first, last = r.first_token + shift, r.finish + shift
+            gap = (last - first) / (n - 1) if n > 1 else 0.0
             if every_token or n < 3:
-                times = tuple(r.first_token + k * gap for k in range(n))
+                times = tuple(first + k * gap for k in range(n))
             else:
-                times = (r.first_token, r.finish)
-            out.append(RequestRecord(r.rid, r.arrival, r.first_token, times, r.finish, r.prompt, n))
+                times = (first, last)
+            out.append(RequestRecord(r.rid, r.arrival, first, times, last, r.prompt, n))
         return out
 
 

@@ -209,16 +209,10 @@ def study_model(
 def percentage_errors(trials: Sequence[TrialRecord]) -> dict[str, list[float]]:
     """Each metric's absolute percentage errors of the predictions made before trials that
     were then measured (|predicted - measured| / measured)."""
-    out: dict[str, list[float]] = {}
-    for t in trials:
-        predicted = t.prediction.get("metrics") or {}
-        if t.status != TrialStatus.OK:
-            continue
-        for name, (_low, mid, _high) in predicted.items():
-            measured = t.metric(name)
-            if measured > 0 and math.isfinite(measured) and math.isfinite(mid):
-                out.setdefault(name, []).append(abs(mid - measured) / measured)
-    return out
+    return {
+        name: [abs(mid - measured) / measured for measured, mid in pairs if measured > 0]
+        for name, pairs in _scored_pairs(trials).items()
+    }
 
 
 def lower_is_better(metric: str) -> bool:
@@ -249,14 +243,21 @@ def engine_defaults(trials: Sequence[TrialRecord], platform: str) -> dict[str, A
 
 
 def scored(trials: Sequence[TrialRecord]) -> dict[str, list[float]]:
-    """Each metric's errors of the predictions made before trials that were then measured."""
-    out: dict[str, list[float]] = {}
+    """Each metric's errors (|log(measured / predicted)|) of the predictions made before
+    trials that were then measured."""
+    out = {name: [error(m, p) for m, p in pairs] for name, pairs in _scored_pairs(trials).items()}
+    return {name: [e for e in errors if e is not None] for name, errors in out.items()}
+
+
+def _scored_pairs(trials: Sequence[TrialRecord]) -> dict[str, list[tuple[float, float]]]:
+    """Each metric's (measured, predicted) of the trials measured after their prediction
+    (finite values only)."""
+    out: dict[str, list[tuple[float, float]]] = {}
     for t in trials:
-        predicted = t.prediction.get("metrics") or {}
-        if t.status != TrialStatus.OK or not predicted:
+        if t.status != TrialStatus.OK:
             continue
-        for name, (_low, mid, _high) in predicted.items():
-            e = error(t.metric(name), mid)
-            if e is not None:
-                out.setdefault(name, []).append(e)
+        for name, (_low, mid, _high) in (t.prediction.get("metrics") or {}).items():
+            measured = t.metric(name)
+            if math.isfinite(measured) and math.isfinite(mid):
+                out.setdefault(name, []).append((measured, mid))
     return out

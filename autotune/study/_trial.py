@@ -117,9 +117,13 @@ class TrialRunner:
         config = self.harness.engine_config(params)
         description = self.harness.space.describe(params)
         self.recorder.proposed(trial, description, config)
-        verdict = self._gate_verdict(study, trial, config)
+        # One read of the study per proposal: the gate's twins, OOMs and learned rules, and
+        # the finished trials the engine model is fitted to.
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+        verdict = self._gate_verdict(study, trial, config, trials)
         if verdict.launch:
-            verdict = self._screened(study, trial, config)
+            finished = [t for t in trials if t.state == TrialState.COMPLETE]
+            verdict = self._screened(study, trial, config, finished)
         if not verdict.launch:
             return TrialOutcome(trial.number, verdict=verdict)
         slot = self.slots.claim(trial.number, self.spec.trials)
@@ -196,12 +200,13 @@ class TrialRunner:
         elif remeasure_on(self.spec):
             queue_remeasure(study, self.spec)
 
-    def _gate_verdict(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> Verdict:
-        """The gate's verdict on the proposal; one that keeps it from launching is recorded."""
+    def _gate_verdict(
+        self, study: optuna.Study, trial: Trial, config: EngineConfig, trials: list[FrozenTrial]
+    ) -> Verdict:
+        """The gate's verdict on the proposal (`trials`: the study's complete and running ones);
+        one that keeps it from launching is recorded."""
         baseline = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
         again = trial.user_attrs.get(keys.ROLE) == keys.ROLE_REMEASURE  # its twin on purpose
-        # One read of the study per proposal: the twins, the OOMs and the learned rules.
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
         finished = [t for t in trials if t.state == TrialState.COMPLETE]
         proposal = Proposal(
             dict(trial.params),
@@ -223,13 +228,16 @@ class TrialRunner:
             )
         return verdict
 
-    def _screened(self, study: optuna.Study, trial: Trial, config: EngineConfig) -> Verdict:
+    def _screened(
+        self, study: optuna.Study, trial: Trial, config: EngineConfig, finished: list[FrozenTrial]
+    ) -> Verdict:
         """The engine model's prediction of the proposal, stored with it before it runs; the
         screening's verdict on a sampler's proposal (`_screen.py`). One that keeps it from
-        launching is recorded, told the predicted values."""
+        launching is recorded, told the predicted values. `finished`: the study's complete
+        trials (the measured ones the model is fitted to, the baseline, the feasible ones)."""
         if self.screen is None:
             return LAUNCH
-        records = [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]
+        records = [TrialRecord.from_frozen(t) for t in finished]
         bounds = self.harness.bounds.values
         prediction = self.screen.predict(records, config.args, bounds)
         if prediction is None:
