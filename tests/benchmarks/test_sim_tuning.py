@@ -44,14 +44,14 @@ def test_a_study_of_the_default_search_is_scored_by_the_truth(tmp_path: Path) ->
     assert steps[0].device_s > 60  # a start-up and the workload's simulated duration
 
 
-def test_the_noise_moves_what_the_tuner_sees_not_the_truth() -> None:
+def test_the_noise_moves_what_the_tuner_sees_not_the_truth(tmp_path: Path) -> None:
     truth = Truth(LLAMA)
     space = load_space(LLAMA.space)
     options, _ = space.to_engine(space.baseline_params())
     config = EngineConfig(model="m", args=options)
-    quiet = SimMeasure(truth)(config, Path("."))
+    quiet = SimMeasure(truth)(config, tmp_path / "quiet")  # a trial folder: its records
     noisy = SimMeasure(truth, noise=0.1, drift=0.26, seed=3)
-    seen = [noisy(config, Path(".")) for _ in range(6)]
+    seen = [noisy(config, tmp_path / f"noisy-{k}") for k in range(6)]
     assert quiet.summary is not None
     exact = quiet.summary.output_throughput
     assert exact == truth.result(options).output_throughput
