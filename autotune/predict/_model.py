@@ -131,6 +131,7 @@ class Capacity:
     (utilization, batched tokens, sequences) per device, or the closest measured trial's."""
 
     samples: Sequence[Sample]
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # the engine's, for unset options
 
     def tokens(self, args: Mapping[str, Any]) -> int:
         tp = tp_of(args)
@@ -142,8 +143,8 @@ class Capacity:
             ]
             if ratios:
                 return int(statistics.median(ratios) * float(args[KV_BYTES]) * tp)
-        x = _memory_row(args)
-        rows = [(_memory_row(s.args), s.kv_tokens / tp_of(s.args)) for s in self.samples]
+        x = self._memory_row(args)
+        rows = [(self._memory_row(s.args), s.kv_tokens / tp_of(s.args)) for s in self.samples]
         if len({tuple(r) for r, _ in rows}) >= 4:
             a = np.array([r for r, _ in rows])
             b = np.array([y for _, y in rows])
@@ -152,11 +153,16 @@ class Capacity:
         nearest = min(rows, key=lambda row: float(np.sum(np.abs(np.array(row[0]) - x))))
         return int(nearest[1] * tp)
 
+    def _memory_row(self, args: Mapping[str, Any]) -> list[float]:
+        """The memory options of `args` (an unset one: the engine's default), scaled."""
 
-def _memory_row(args: Mapping[str, Any]) -> list[float]:
-    util = float(args.get("gpu_memory_utilization") or 0.9)
-    return [util, 1.0, float(args.get("max_num_batched_tokens") or 0) / 1e4,
-            float(args.get("max_num_seqs") or 0) / 1e3]  # fmt: skip
+        def value(name: str) -> float:
+            given = args.get(name)
+            given = self.defaults.get(name) if given is None else given
+            return float(given or 0)
+
+        return [value("gpu_memory_utilization"), 1.0, value("max_num_batched_tokens") / 1e4,
+                value("max_num_seqs") / 1e3]  # fmt: skip
 
 
 @dataclass
@@ -191,8 +197,8 @@ class EngineModel:
         ]
         coef = fit(observed, start) if refit or start is None else tuple(start)
         used = [s for s, _ in kept]
-        return cls(coef, workload(used[0].records, load), Capacity(used), defaults, len(used),
-                   widths_of(errors or {}))  # fmt: skip
+        return cls(coef, workload(used[0].records, load), Capacity(used, defaults), defaults,
+                   len(used), widths_of(errors or {}))  # fmt: skip
 
     def predict(
         self, args: Mapping[str, Any], slos: Mapping[str, float] | None = None

@@ -29,6 +29,9 @@ _PLATFORM_DEFAULTS: dict[str, dict[str, Any]] = {
     "ascend": {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_size": 128},
 }
 _COMMON_DEFAULTS: dict[str, Any] = {
+    # CacheConfig.gpu_memory_utilization in vLLM 0.32 (`vllm/config/cache.py`), on every
+    # platform.
+    "gpu_memory_utilization": 0.92,
     "enable_chunked_prefill": True,
     "tensor_parallel_size": 1,
     "pipeline_parallel_size": 1,

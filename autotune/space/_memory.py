@@ -34,12 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.space._constraints import ModelInfo, Setting, dtype_bytes
+from autotune.space._constraints import ModelInfo, Setting, dtype_bytes, engine_default
 
 logger = logging.getLogger(__name__)
 
-# CacheConfig.gpu_memory_utilization in vLLM 0.32 (`vllm/config/cache.py`), on every platform.
-DEFAULT_MEMORY_UTILIZATION = 0.92
+DEFAULT_MEMORY_UTILIZATION = float(engine_default("any", "gpu_memory_utilization"))
 _FLOATING = frozenset({"F16", "BF16", "F32", "F64"})
 _MAX_HEADER_BYTES = 100 * 2**20  # the safetensors format's own limit
 _INDEX_FILE = "model.safetensors.index.json"

@@ -232,10 +232,17 @@ def sample(trial: TrialRecord) -> Sample | None:
 
 
 def engine_defaults(trials: Sequence[TrialRecord], platform: str) -> dict[str, Any]:
-    """What the engine runs for a schedule option a config leaves unset: the baseline's value
-    (it sets the defaults vLLM computes for the device), else vLLM's for the platform."""
+    """What the engine runs for a schedule or memory option a config leaves unset: the
+    baseline's value (it sets the defaults vLLM computes for the device), else vLLM's for the
+    platform."""
     base = next((engine_options(t.config) for t in trials if t.role == keys.ROLE_BASELINE), {})
-    names = ("max_num_seqs", "max_num_batched_tokens", "block_size", "enable_chunked_prefill")
+    names = (
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "block_size",
+        "enable_chunked_prefill",
+        "gpu_memory_utilization",
+    )
     return {
         name: base[name] if base.get(name) is not None else engine_default(platform, name)
         for name in names

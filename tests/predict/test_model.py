@@ -133,3 +133,14 @@ def test_capacity_without_a_kv_size_follows_the_memory_options() -> None:
         {"gpu_memory_utilization": 0.81, "max_num_batched_tokens": 2048}
     )
     assert few == line[0].kv_tokens  # too few to fit a line: the closest measured trial's
+    # An option a config leaves unset is the engine's default (vLLM 0.32: utilization 0.92),
+    # as is one a trial left unset.
+    engine = {"gpu_memory_utilization": 0.92, "max_num_batched_tokens": 2048}
+    unset = Capacity(line, engine).tokens({})
+    assert unset == pytest.approx(1e6 * 0.92 - 20 * 2048 - 1e5, rel=1e-3)
+    implicit = [
+        *line[:4],
+        Sample({"max_num_batched_tokens": 1024}, int(1e6 * 0.92 - 2e4 - 1e5), ()),
+    ]
+    got = Capacity(implicit, engine).tokens({"gpu_memory_utilization": 0.88})
+    assert got == pytest.approx(1e6 * 0.88 - 20 * 2048 - 1e5, rel=1e-3)
