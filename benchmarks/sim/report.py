@@ -5,6 +5,12 @@
 `landscape_report(name)` samples the landscape's search space uniformly (log-uniformly where
 the space says `log`), simulates every sample, refines the best with a coordinate search, and
 returns the optimum, the baseline's share of it and the share of samples within 95% / 98% of it.
+
+It also says how slow a host may get before no config near the optimum meets the SLOs any
+more (`speed_95` / `speed_98`), and so for how long, under the search benchmark's drift, a
+tuner that trusts what it measures can see one as feasible (`drift_window_s`): a config
+measured on a host that drifted slower than that misses an SLO as measured, however near the
+optimum it is, and only a correction of the measurement would deploy it.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from autotune.space import SearchSpace, load_space
 from .landscapes import LANDSCAPES, Landscape
 from .model import SimConfig
 from .simulate import SimResult, simulate
+from .tuning import DRIFT_PERIOD_S
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,8 @@ class Report:
     failed: int  # samples that do not start (OOM, KV capacity, invalid)
     within_95: int
     within_98: int
+    speed_95: float | None = None  # slowest host speed at which a 95% config meets the SLOs
+    speed_98: float | None = None
 
     def text(self, metric: str) -> str:
         share = self.baseline_score / self.best_score if self.best_score else 0.0
@@ -64,8 +73,27 @@ class Report:
                 f"  {self.samples} random configs: {self.failed} fail to start; "
                 f"{self.within_95} ({self.within_95 / self.samples:.1%}) within 95%, "
                 f"{self.within_98} ({self.within_98 / self.samples:.1%}) within 98%",
+                *self._slowed(),
             ]
         )
+
+    def _slowed(self) -> list[str]:
+        out = []
+        for share, speed in ((95, self.speed_95), (98, self.speed_98)):
+            if speed is None:
+                continue
+            window = drift_window_s(speed)
+            seen = (
+                "at every time"
+                if window is None
+                else f"in the first {window:.0f} s of device time and the last {window:.0f} s "
+                f"of each {DRIFT_PERIOD_S:.0f} s"
+            )
+            out.append(
+                f"  a config within {share}% meets the SLOs down to a host at {speed:.2f} of "
+                f"its speed: under drift {DRIFT:.0%} (+-{NOISE:.0%}), {seen}"
+            )
+        return out
 
 
 def config_of(landscape: Landscape, space: SearchSpace, params: dict[str, Any]) -> SimConfig:
@@ -109,6 +137,42 @@ def neighbours(dist: BaseDistribution, value: Any) -> list[Any]:
     return [v for v in dict.fromkeys(out) if v != value]
 
 
+# The search benchmark's noise model as docs/benchmarks.md runs it (`search_efficiency.py
+# --noise 0.05 --drift 0.26`, tuning.SimMeasure): a level within +-NOISE per run, times a drift
+# that slows the host by up to DRIFT over each DRIFT_PERIOD_S of device time.
+NOISE, DRIFT = 0.05, 0.26
+SPEED_STEPS = 7  # bisection steps: the slowest speed to within 0.5 / 2**7
+
+
+def required_speed(landscape: Landscape, space: SearchSpace, params: dict[str, Any]) -> float:
+    """The slowest host speed (0.5 to 1) at which `params` still meets every SLO: 1.0 where it
+    meets them only at full speed, 0.5 where it still meets them at half (or has none)."""
+    cfg = config_of(landscape, space, params)
+
+    def meets(speed: float) -> bool:
+        result = simulate(landscape.hardware, cfg, landscape.workload, speed=speed)
+        return result.ok and result.meets(landscape.slos)
+
+    if not landscape.slos or meets(0.5):
+        return 0.5
+    low, high = 0.5, 1.0  # fails at low, meets at high
+    for _ in range(SPEED_STEPS):
+        mid = (low + high) / 2
+        low, high = (low, mid) if meets(mid) else (mid, high)
+    return high
+
+
+def drift_window_s(speed: float) -> float | None:
+    """Device seconds from the start of each drift period during which the host may run at
+    `speed` or faster (at the good end of the noise); None: at every time."""
+    floor = speed / (1 + NOISE)  # the drift's factor that a lucky run needs
+    if floor <= 1 - DRIFT:
+        return None
+    # tuning.drift_factor(t) = 1 - DRIFT / 2 * (1 - cos(2 pi t / period)) >= floor
+    cos = 1 - 2 * (1 - floor) / DRIFT
+    return math.acos(cos) / (2 * math.pi) * DRIFT_PERIOD_S
+
+
 def landscape_report(name: str, samples: int = 150, seed: int = 0) -> Report:
     landscape = LANDSCAPES[name]
     space = load_space(landscape.space)
@@ -126,7 +190,10 @@ def landscape_report(name: str, samples: int = 150, seed: int = 0) -> Report:
     best_score, best_params = max(
         [*scored, (landscape.score(baseline), baseline_params)], key=lambda s: s[0]
     )
-    best_score, best_params = _refine(landscape, space, dists, best_params, best_score)
+    tried: list[tuple[float, dict[str, Any]]] = []
+    best_score, best_params = _refine(landscape, space, dists, best_params, best_score, tried)
+    near = [(s, p) for s, p in [*scored, *tried] if s >= 0.95 * best_score]
+    speeds = [(s, required_speed(landscape, space, p)) for s, p in near]
     return Report(
         name=name,
         best_params=best_params,
@@ -139,6 +206,8 @@ def landscape_report(name: str, samples: int = 150, seed: int = 0) -> Report:
         failed=failed,
         within_95=sum(s >= 0.95 * best_score for s, _ in scored),
         within_98=sum(s >= 0.98 * best_score for s, _ in scored),
+        speed_95=min((v for s, v in speeds), default=None),
+        speed_98=min((v for s, v in speeds if s >= 0.98 * best_score), default=None),
     )
 
 
@@ -148,15 +217,18 @@ def _refine(
     dists: dict[str, BaseDistribution],
     params: dict[str, Any],
     score: float,
+    tried: list[tuple[float, dict[str, Any]]],
     rounds: int = 4,
 ) -> tuple[float, dict[str, Any]]:
-    """Coordinate search from the best sample: try each neighbour, keep improvements."""
+    """Coordinate search from the best sample: try each neighbour, keep improvements (every
+    neighbour tried and its score go to `tried`)."""
     for _ in range(rounds):
         improved = False
         for key, dist in dists.items():
             for value in neighbours(dist, params[key]):
                 trial = {**params, key: value}
                 s = landscape.score(evaluate(landscape, space, trial))
+                tried.append((s, trial))
                 if s > score:
                     score, params, improved = s, trial, True
         if not improved:

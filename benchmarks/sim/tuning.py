@@ -49,6 +49,13 @@ from .simulate import SimResult, simulate
 
 STARTUP_S = 60.0  # a CUDA engine's start-up with graphs (vLLM logs: 40-90 s on H100/A100)
 FAILED_STARTUP_S = 35.0  # an OOM is found during the memory profile, before graphs
+DRIFT_PERIOD_S = 3600.0
+
+
+def drift_factor(at_s: float, drift: float, period_s: float = DRIFT_PERIOD_S) -> float:
+    """The drift's share of the host's speed at device time `at_s`: 1 at the start of each
+    period, 1 - `drift` in its middle."""
+    return 1.0 - drift * 0.5 * (1 - math.cos(2 * math.pi * at_s / period_s))
 
 
 def sim_config(landscape: Landscape, options: dict[str, Any]) -> SimConfig:
@@ -84,7 +91,7 @@ class SimMeasure:
     truth: Truth
     noise: float = 0.0
     drift: float = 0.0
-    drift_period_s: float = 3600.0
+    drift_period_s: float = DRIFT_PERIOD_S
     seed: int = 0
     clock_s: float = 0.0  # device time spent so far: the drift follows it
     _rng: random.Random = field(init=False)
@@ -96,8 +103,7 @@ class SimMeasure:
         """The host's speed for a run whose benchmark is in the middle at `at_s`: a level
         within +-noise, times the drift then."""
         level = 1.0 + self._rng.uniform(-self.noise, self.noise)
-        phase = 2 * math.pi * at_s / self.drift_period_s
-        return level * (1.0 - self.drift * 0.5 * (1 - math.cos(phase)))
+        return level * drift_factor(at_s, self.drift, self.drift_period_s)
 
     def __call__(self, config: EngineConfig, trial_dir: Path, judge: Any = None) -> Measurement:
         result = self.truth.result(config.args)
