@@ -18,6 +18,11 @@ each interval,
 No metric rules anything out until `MIN_SCORED` predictions of it were scored against their
 measurement, nor while its error is above `MAX_WIDTH` (the model is not trusted there).
 The sampler is told the predicted values, as it would be told a measurement.
+
+After `MAX_IN_A_ROW` proposals in a row were screened out, the next one is launched whatever
+its prediction: the measurement, not the model, has the last word. Without that, a model that
+rules out every config (one fitted on a host that slowed down, where nothing is feasible as
+measured now, or one that is wrong) ended a study on the skip limit after three launches.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ MIN_SCORED = 2  # predictions of a metric scored before it may rule a proposal o
 MAX_WIDTH = math.log(2.0)  # beyond a factor 2 either way, a metric rules nothing out
 SCREENED_ROLES = ("",)  # the sampler's own proposals
 MAX_FIT = 8  # the model is fitted to the most recent measured trials (where the search is)
+MAX_IN_A_ROW = 4  # proposals screened out in a row, then the next one is launched
 
 
 def screen_on(spec: TuneSpec) -> bool:
@@ -81,6 +87,7 @@ class Screen:
         self._model: EngineModel | None = None
         self._cache: dict[str, Prediction] = {}  # config -> prediction, of the model now
         self._fitted = 0  # measured trials at the last fit of the coefficients
+        self._in_a_row = 0  # proposals screened out since the last one launched
 
     def model(self, trials: Sequence[TrialRecord]) -> EngineModel | None:
         """The model of the study's measured trials now (refitted when they changed)."""
@@ -130,7 +137,22 @@ class Screen:
         trials: Sequence[TrialRecord],
         bounds: Mapping[str, float],
     ) -> Verdict | None:
-        """Why the proposal need not be launched, or None (launch it)."""
+        """Why the proposal need not be launched, or None (launch it: the model does not rule
+        it out, or `MAX_IN_A_ROW` proposals before it were screened out)."""
+        verdict = self._verdict(prediction, trials, bounds)
+        with self._lock:
+            if verdict is None or self._in_a_row >= MAX_IN_A_ROW:
+                self._in_a_row = 0
+                return None
+            self._in_a_row += 1
+        return verdict
+
+    def _verdict(
+        self,
+        prediction: Prediction,
+        trials: Sequence[TrialRecord],
+        bounds: Mapping[str, float],
+    ) -> Verdict | None:
         if prediction.failure is not None:
             return None  # the gate's memory rules (and the engine) decide start-up failures
         counts = scored(trials)

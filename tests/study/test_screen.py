@@ -8,7 +8,7 @@ import pytest
 
 from autotune.space import SearchSpace
 from autotune.status import PREDICTED_STATUSES, TrialStatus
-from autotune.study._screen import predict_on, screen_on
+from autotune.study._screen import MAX_IN_A_ROW, predict_on, screen_on
 from study.fakes import MODEL_ENGINE_LOAD as LOAD
 from study.fakes import MakeSpec, ModelEngine, run
 
@@ -49,6 +49,27 @@ def test_a_screened_study_predicts_each_trial_before_it_runs(
     assert sum(result.skips.get(r, 0) for r in ("predicted_worse", "predicted_infeasible")) == len(
         screened
     )
+
+
+def test_a_model_that_rules_out_every_config_never_ends_the_study(
+    make_spec: MakeSpec, space: SearchSpace
+) -> None:
+    slos = {"p99_ttft_ms": 1.0}  # no config holds it: the model soon predicts each one misses
+    spec = make_spec(trials=8, search="goal", sampler="random", seed=3, load=LOAD, slos=slos,
+                     screen="on")  # fmt: skip
+    result, trials = run(spec, space, ModelEngine(slos))  # type: ignore[arg-type]
+    # Every slot of the budget was launched and measured: the measurement has the last word.
+    launched = [t for t in trials if t.device_s is not None]
+    assert len(launched) == 8 and not result.exhausted
+    assert all(t.status == TrialStatus.OK and not t.feasible for t in launched)
+    # Proposals were screened out, never more than MAX_IN_A_ROW between two launches.
+    screened = [t.number for t in trials if t.status == TrialStatus.PREDICTED_INFEASIBLE]
+    assert len(screened) >= MAX_IN_A_ROW
+    runs, row = [], 0
+    for t in sorted(trials, key=lambda t: t.number):
+        row = row + 1 if t.number in screened else 0
+        runs.append(row)
+    assert max(runs) == MAX_IN_A_ROW
 
 
 @pytest.mark.parametrize(
