@@ -146,7 +146,8 @@ SPEED_STEPS = 7  # bisection steps: the slowest speed to within 0.5 / 2**7
 
 def required_speed(landscape: Landscape, space: SearchSpace, params: dict[str, Any]) -> float:
     """The slowest host speed (0.5 to 1) at which `params` still meets every SLO: 1.0 where it
-    meets them only at full speed, 0.5 where it still meets them at half (or has none)."""
+    meets them only at full speed (or misses them even there), 0.5 where it still meets them
+    at half (or has none)."""
     cfg = config_of(landscape, space, params)
 
     def meets(speed: float) -> bool:
