@@ -22,7 +22,7 @@ The sampler is told the predicted values, as it would be told a measurement.
 After `MAX_IN_A_ROW` proposals in a row were screened out, the next one is launched whatever
 its prediction: the measurement, not the model, has the last word. Without that, a model that
 rules out every config (one fitted on a host that slowed down, where nothing is feasible as
-measured now, or one that is wrong) ended a study on the skip limit with 3 trials measured.
+measured now, or one that is wrong) ends the study on the skip limit after a few trials.
 """
 
 from __future__ import annotations
