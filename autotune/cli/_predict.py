@@ -15,15 +15,6 @@ from autotune.cli._table import Format
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
 RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
-SHOWN = (
-    "output_throughput",
-    "request_throughput",
-    "p50_ttft_ms",
-    "p99_ttft_ms",
-    "p50_tpot_ms",
-    "p99_tpot_ms",
-    "p99_e2e_ms",
-)
 
 
 def predict(
@@ -43,7 +34,7 @@ def predict(
     """Predict a config's metrics, with intervals, by the engine model fitted to the study's
     measured trials (no launch)."""
     from autotune.bench import LoadProfile
-    from autotune.predict import engine_options
+    from autotune.predict import REPORTED, engine_options
     from autotune.selection import baseline
     from autotune.study import percentage_errors, study_model
 
@@ -81,7 +72,7 @@ def predict(
         console.print(f"predicted not to start: {prediction.failure} (the KV cache cannot hold "
                       "the workload's longest request)")  # fmt: skip
         raise typer.Exit(1)
-    for name in SHOWN:
+    for name in (*REPORTED, "request_throughput", "p99_e2e_ms"):
         i = prediction.metrics[name]
         seen = errors.get(name)
         so_far = (

@@ -14,6 +14,7 @@ from rich.text import Text
 from autotune.bench import Summary
 from autotune.engine import failure_headline
 from autotune.numbers import readable
+from autotune.predict import REPORTED
 from autotune.selection import (
     CONFIRM_ATTR,
     baseline,
@@ -374,13 +375,8 @@ def model_error_line(records: Sequence[TrialRecord]) -> str:
     that read all of a request's tokens in one chunk measures a TPOT near 0); "" before any was
     scored."""
     errors = percentage_errors(records)
-    shown = [
-        ("output_throughput", "tok/s"),
-        ("p50_ttft_ms", "TTFT p50"),
-        ("p99_ttft_ms", "p99"),
-        ("p50_tpot_ms", "TPOT p50"),
-        ("p99_tpot_ms", "p99"),
-    ]
+    labels = ("tok/s", "TTFT p50", "p99", "TPOT p50", "p99")
+    shown = zip(REPORTED, labels, strict=True)
     if not errors.get("output_throughput"):
         return ""
     parts = [f"{label} {statistics.median(errors[m]):.0%}" for m, label in shown if errors.get(m)]

@@ -21,6 +21,7 @@ from autotune.dashboard._data import (
 )
 from autotune.dashboard._labels import LATENCIES, STATS, failure_kind, metric_label, outcome
 from autotune.export import render_export
+from autotune.predict import REPORTED
 from autotune.store import TrialRecord
 
 LOG_BYTES = 64 * 1024  # the end of engine.log that the page shows
@@ -103,9 +104,6 @@ def find_trial(records: list[TrialRecord], number: int) -> TrialRecord:
     raise UnknownTrial(f"no trial {number} in this study (it has {len(records)} trials)")
 
 
-PREDICTED_SHOWN = ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms")
-
-
 def trial_view(catalog: Catalog, name: str, number: int) -> TrialView:
     _, records, attrs = read_study(catalog.store(name), name)
     t = find_trial(records, number)
@@ -144,7 +142,7 @@ def trial_view(catalog: Catalog, name: str, number: int) -> TrialView:
         predicted=[
             [name, low, mid, high, t.metric(name) if t.measured else None]
             for name, (low, mid, high) in (t.prediction.get("metrics") or {}).items()
-            if name in PREDICTED_SHOWN
+            if name in REPORTED
         ],
         figures=figures,
         profile=read_profile(profile_dir(catalog, name, t)),

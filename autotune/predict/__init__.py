@@ -5,6 +5,7 @@ request (`_fit`), and the model that predicts an untried config with an interval
 from autotune.predict._model import (
     MODELLED_OPTIONS,
     PREDICTED,
+    REPORTED,
     EngineModel,
     Interval,
     Prediction,
@@ -25,6 +26,7 @@ from autotune.predict._scheduler import (
 __all__ = [
     "MODELLED_OPTIONS",
     "PREDICTED",
+    "REPORTED",
     "Arrivals",
     "EngineModel",
     "Interval",

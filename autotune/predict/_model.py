@@ -36,6 +36,9 @@ PREDICTED = (
     "goodput",
     *(f"{q}_{m}_ms" for m in ("ttft", "tpot", "e2e") for q in ("mean", "p50", "p90", "p99")),
 )
+# What `show`, `predict` and the dashboard put beside the measurement, and whose running error
+# they give: throughput, and p50 / p99 of TTFT and TPOT.
+REPORTED = ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms")
 PRIOR_WIDTH = math.log(1.5)  # before any prediction was scored: within a factor 1.5
 FEW = 5  # below this many scored predictions, the width is the largest error seen
 MIN_WIDTH = 0.03  # no interval narrower than +-3% (the host's own run-to-run noise)
