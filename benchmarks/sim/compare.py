@@ -33,7 +33,17 @@ from autotune.space import load_space
 
 from .cli import rank_correlation, run_cli
 from .landscapes import LANDSCAPES
-from .tuning import METHODS, Step, Truth, optimum, reached, run_grid, run_method
+from .tuning import (
+    DRIFT,
+    METHODS,
+    NOISE,
+    Step,
+    Truth,
+    optimum,
+    reached,
+    run_grid,
+    run_method,
+)
 
 ALL_METHODS = (*METHODS, "grid")
 
@@ -45,8 +55,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--methods", default=",".join(ALL_METHODS))
     add("--seeds", type=int, default=10)
     add("--trials", type=int, default=30, help="launched trials per study")
-    add("--noise", type=float, default=0.05, help="run-to-run spread (+-)")
-    add("--drift", type=float, default=0.26, help="slow drift, at most, over half the period")
+    add("--noise", type=float, default=NOISE, help="run-to-run spread (+-)")
+    add("--drift", type=float, default=DRIFT, help="slow drift, at most, over half the period")
     add("--jobs", type=int, default=2)
     add("--cli", action="store_true", help="run `autotune tune` on the simulated server")
     add("--time-scale", type=float, default=0.1, help="with --cli: wall s per simulated s")

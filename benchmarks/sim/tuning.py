@@ -49,6 +49,10 @@ from .simulate import SimResult, simulate
 
 STARTUP_S = 60.0  # a CUDA engine's start-up with graphs (vLLM logs: 40-90 s on H100/A100)
 FAILED_STARTUP_S = 35.0  # an OOM is found during the memory profile, before graphs
+# The project's noise model (compare.py's defaults): a level within +-NOISE per run, times a
+# drift that slows the host by up to DRIFT over each DRIFT_PERIOD_S of device time.
+NOISE = 0.05
+DRIFT = 0.26
 DRIFT_PERIOD_S = 3600.0
 
 
