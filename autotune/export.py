@@ -18,6 +18,7 @@ from autotune.selection import (
     CONFIRM_ATTR,
     MARGIN_Z,
     NOT_SLOS,
+    ModelErrors,
     SelectionError,
     closest,
     confirmed_winner,
@@ -25,6 +26,7 @@ from autotune.selection import (
     margin,
     miss_text,
     misses,
+    model_errors,
     pareto_front,
     pick,
     study_objectives,
@@ -57,6 +59,7 @@ def choose_export(
     rule: str | None = None,
     number: int | None = None,
     allow_infeasible: bool = False,
+    pooled: bool = True,
 ) -> tuple[TrialRecord, str]:
     """The trial `export` writes and how it was chosen: trial `number`, else the pick `rule`,
     else the confirmed winner when the study has one, else max-throughput. Raises
@@ -65,6 +68,7 @@ def choose_export(
     configs as `autotune.drift.compared` does: as measured, a config's runs merged, and keep
     their SLOs clear of the noise the study's repeated runs measured (`selection.pick`)."""
     measured = slo_noise(records)
+    errors = model_errors(records) if pooled else None
     if number is None:
         records = compared(records)
     if allow_infeasible and number is None:
@@ -78,9 +82,9 @@ def choose_export(
     else:
         how = f"trial {number}" if number is not None else f"pick {rule or 'max-throughput'}"
     relative = list(attrs.get("relative_slos") or {})
-    chosen = pick(records, study_objectives(attrs), rule or "", number, measured, relative)
+    chosen = pick(records, study_objectives(attrs), rule or "", number, measured, relative, errors)
     if how.startswith("pick "):
-        how += margin_text(chosen, measured, relative)
+        how += margin_text(chosen, measured, relative, errors)
     return chosen, how
 
 
@@ -90,14 +94,21 @@ def slo_noise(records: Sequence[TrialRecord]) -> dict[str, Noise]:
     return noise(records, sorted(names))
 
 
-def margin_text(chosen: TrialRecord, measured: dict[str, Noise], relative: list[str]) -> str:
+def margin_text(
+    chosen: TrialRecord,
+    measured: dict[str, Noise],
+    relative: list[str],
+    errors: ModelErrors | None = None,
+) -> str:
     """How the pick's SLOs stand against the measured noise, for its header (empty without
     an SLO whose noise was measured)."""
-    clear = margin(chosen, measured, relative)
+    clear = margin(chosen, measured, relative, errors)
     if clear == math.inf:
         return ""
     if clear >= MARGIN_Z:
-        return f"; its SLOs hold by {clear:.1f} sd of the noise measured"
+        pooled = clear != margin(chosen, measured, relative)
+        how = " (its runs pooled with the engine model's prediction)" if pooled else ""
+        return f"; its SLOs hold by {clear:.1f} sd of the noise measured{how}"
     return (
         f"; within the noise measured of an SLO bound ({clear:.1f} sd): no config held "
         f"them by {MARGIN_Z:.1f} sd, so it may miss one on another run"

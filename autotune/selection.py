@@ -5,11 +5,12 @@ dashboard use them without the study machinery."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from autotune.drift import Noise
+from autotune.drift import Noise, config_key
 from autotune.numbers import readable
 from autotune.spec import DEFAULT_OBJECTIVES
 from autotune.store import TrialRecord
@@ -30,6 +31,11 @@ NOT_SLOS = ("failed", "oom", "error_rate", "agreement")
 # config whose true value sits at its bound measures this far inside it 1 time in 10
 # (one-sided 90%, normal quantile).
 MARGIN_Z = 1.2816
+# The engine model's prediction pools into that estimate once this many of its predictions of
+# the metric (other configs') were scored against their measurement; never as surer than a
+# 2% sd, whatever its errors so far (docs/prediction.md, "The pooled margin").
+POOL_MIN = 4
+MIN_MODEL_SD = 0.02
 
 
 class SelectionError(Exception):
@@ -82,30 +88,81 @@ def pareto_front(
     return sorted(front, key=lambda t: -t.metric("output_throughput"))
 
 
-def margin(trial: TrialRecord, noise: Mapping[str, Noise], relative: Collection[str] = ()) -> float:
-    """How far inside its tightest SLO bound `trial` measured, in sd of the mean of its runs
-    (`-log(measured / bound) / (sd / sqrt(runs))`): inf where no SLO's noise was measured. The
-    baseline is not judged against the `relative` SLOs: it defines them."""
+# Errors of the engine model's predictions, by metric: (the config's key, log(measured /
+# predicted)) of every measured trial that was predicted before it ran (`model_errors`).
+ModelErrors = Mapping[str, Sequence[tuple[str, float]]]
+
+
+def model_errors(trials: Sequence[TrialRecord]) -> dict[str, list[tuple[str, float]]]:
+    """Each metric's errors of the predictions made before measured trials ran, one per run
+    (`trials` as stored, not `compared`), with the key of the config each predicted."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for t in trials:
+        if not t.measured:
+            continue
+        for name in t.prediction.get("metrics") or {}:
+            measured, predicted = t.metric(name), t.predicted(name)
+            if measured > 0 and predicted > 0 and math.isfinite(measured * predicted):
+                out.setdefault(name, []).append((config_key(t), math.log(measured / predicted)))
+    return out
+
+
+def estimate(
+    trial: TrialRecord, name: str, sd: float, errors: ModelErrors | None = None
+) -> tuple[float, float]:
+    """The log of `trial`'s value of metric `name` and its sd: the mean of its runs, each
+    within the study's run-to-run noise `sd`; with `errors`, pooled (inverse-variance) with
+    the prediction of its config that the engine model made before it ran, whose variance is
+    the mean square of the study's errors on other configs (`POOL_MIN` of them at least; their
+    own measurement noise is in them, so the model is never trusted more than it earned)."""
+    x, var = math.log(trial.metric(name)), sd * sd / trial.runs
+    predicted = trial.predicted(name)
+    key = config_key(trial)
+    others = [e for k, e in (errors or {}).get(name, ()) if k != key]
+    if not (predicted > 0 and math.isfinite(predicted)) or len(others) < POOL_MIN or var <= 0:
+        return x, math.sqrt(var)
+    var_model = max(statistics.fmean(e * e for e in others), MIN_MODEL_SD**2)
+    weight = var_model / (var + var_model)  # the measurement's
+    pooled = weight * x + (1.0 - weight) * math.log(predicted)
+    return pooled, math.sqrt(var * var_model / (var + var_model))
+
+
+def margin(
+    trial: TrialRecord,
+    noise: Mapping[str, Noise],
+    relative: Collection[str] = (),
+    errors: ModelErrors | None = None,
+) -> float:
+    """How far inside its tightest SLO bound `trial` is, in sd of its estimate (`estimate`:
+    the mean of its runs, with `errors` pooled with the model's prediction): inf where no
+    SLO's noise was measured. The baseline is not judged against the `relative` SLOs: it
+    defines them."""
     out = math.inf
     for name, c in trial.constraints.items():
         if name in NOT_SLOS or name not in noise or noise[name].sd <= 0 or c <= -1:
             continue
         if name in relative and trial.role == "baseline":
             continue
-        out = min(out, -math.log1p(c) / (noise[name].sd / math.sqrt(trial.runs)))
+        bound = math.log(trial.metric(name)) - math.log1p(c)  # c = measured / bound - 1
+        x, sd = estimate(trial, name, noise[name].sd, errors)
+        out = min(out, (bound - x) / sd)
     return out
 
 
 def clear_of_noise(
-    trials: Sequence[TrialRecord], noise: Mapping[str, Noise], relative: Collection[str] = ()
+    trials: Sequence[TrialRecord],
+    noise: Mapping[str, Noise],
+    relative: Collection[str] = (),
+    errors: ModelErrors | None = None,
 ) -> list[TrialRecord] | None:
-    """The feasible trials that hold every SLO by `MARGIN_Z` sd of their noise (a pick among
-    them does not flip to a config that truly misses one); None where none does, or where no
-    feasible trial has an SLO whose noise was measured (nothing to hold a margin against)."""
+    """The feasible trials that hold every SLO by `MARGIN_Z` sd of their estimate (a pick
+    among them does not flip to a config that truly misses one); None where none does, or
+    where no feasible trial has an SLO whose noise was measured (nothing to hold a margin
+    against). A trial that measured outside a bound is never held, whatever the model says."""
     feasible = [t for t in trials if t.feasible]
-    if not any(margin(t, noise, relative) < math.inf for t in feasible):
+    if not any(margin(t, noise, relative, errors) < math.inf for t in feasible):
         return None
-    held = [t for t in feasible if margin(t, noise, relative) >= MARGIN_Z]
+    held = [t for t in feasible if margin(t, noise, relative, errors) >= MARGIN_Z]
     return held or None
 
 
@@ -116,6 +173,7 @@ def pick(
     number: int | None = None,
     noise: Mapping[str, Noise] | None = None,
     relative: Collection[str] = (),
+    errors: ModelErrors | None = None,
 ) -> TrialRecord:
     """The trial to export: by number, or by a rule over the feasible Pareto front.
 
@@ -125,7 +183,7 @@ def pick(
     (`clear_of_noise`; the `relative` SLOs bind all but the baseline), where any do."""
     if number is not None:
         return _by_number(trials, number)
-    pool = clear_of_noise(trials, noise or {}, relative) or trials
+    pool = clear_of_noise(trials, noise or {}, relative, errors) or trials
     front = pareto_front(pool, objectives)
     if not front:
         near = closest(trials)

@@ -94,6 +94,12 @@ class TrialRecord(BaseModel):
     def metric(self, name: str) -> float:
         return float(self.metrics.get(name, math.nan))
 
+    def predicted(self, name: str) -> float:
+        """The middle of the engine model's prediction of the metric, made before the trial
+        ran (NaN without one)."""
+        interval = (self.prediction.get("metrics") or {}).get(name)
+        return float(interval[1]) if interval else math.nan
+
     @classmethod
     def from_frozen(cls, trial: FrozenTrial) -> TrialRecord:
         attrs = trial.user_attrs

@@ -196,10 +196,12 @@ class Step:
 
 @dataclass(frozen=True)
 class Method:
-    """A way to search: the spec fields it sets (`search`, `sampler`)."""
+    """A way to search: the spec fields it sets (`search`, `sampler`), and whether its
+    export pools the engine model's predictions into the SLO margin (`choose_export`)."""
 
     name: str
     fields: dict[str, Any]
+    pooled: bool = True
 
 
 METHODS = {
@@ -208,6 +210,10 @@ METHODS = {
     "gp": Method("gp", {"search": "goal", "sampler": "gp", "screen": "off"}),
     # The same, and each proposal screened by the engine model fitted to the study's trials.
     "gp-screen": Method("gp-screen", {"search": "goal", "sampler": "gp", "screen": "on"}),
+    # The same search, its export judging SLOs by the measurement alone.
+    "gp-screen-single": Method(
+        "gp-screen-single", {"search": "goal", "sampler": "gp", "screen": "on"}, pooled=False
+    ),
     "gp-once": Method(
         "gp-once", {"search": "goal", "sampler": "gp", "remeasure": "off", "screen": "off"}
     ),
@@ -303,7 +309,8 @@ def run_method(
         def after_trial(event: Any) -> None:
             if type(event).__name__ != "TrialFinished":
                 return
-            steps.append(Step(measure.clock_s, _deployed_truth(store, spec, space, truth)))
+            truth_now = _deployed_truth(store, spec, space, truth, method.pooled)
+            steps.append(Step(measure.clock_s, truth_now))
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         gpus = landscape.hardware.gpus
@@ -314,10 +321,12 @@ def run_method(
         return steps
 
 
-def _deployed_truth(store: StudyStore, spec: TuneSpec, space: SearchSpace, truth: Truth) -> float:
+def _deployed_truth(
+    store: StudyStore, spec: TuneSpec, space: SearchSpace, truth: Truth, pooled: bool = True
+) -> float:
     records = store.trials(spec.study)
     try:
-        chosen, _ = choose_export(records, store.study_attrs(spec.study))
+        chosen, _ = choose_export(records, store.study_attrs(spec.study), pooled=pooled)
     except SelectionError:
         return 0.0
     options, _env = space.to_engine(chosen.params)
