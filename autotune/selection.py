@@ -94,12 +94,15 @@ ModelErrors = Mapping[str, Sequence[tuple[str, float]]]
 
 
 def model_errors(trials: Sequence[TrialRecord]) -> dict[str, list[tuple[str, float]]]:
-    """Each metric's errors of the predictions made before measured trials ran, one per run
-    (`trials` as stored, not `compared`), with the key of the config each predicted."""
+    """Each metric's errors of the predictions made before measured trials ran, with the key
+    of the config each predicted: one per config, its first run's (`trials` as stored, not
+    `compared`; a re-measure was predicted by a model that had seen the config run)."""
     out: dict[str, list[tuple[str, float]]] = {}
-    for t in trials:
-        if not t.measured:
+    seen: set[str] = set()
+    for t in sorted(trials, key=lambda t: t.number):
+        if not t.measured or config_key(t) in seen:
             continue
+        seen.add(config_key(t))
         for name in t.prediction.get("metrics") or {}:
             measured, predicted = t.metric(name), t.predicted(name)
             if measured > 0 and predicted > 0 and math.isfinite(measured * predicted):

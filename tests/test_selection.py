@@ -8,13 +8,13 @@ from collections.abc import Callable, Sequence
 import pytest
 from builders import record
 
-from autotune.drift import Noise
+from autotune.drift import Noise, config_key
 from autotune.selection import (
     MARGIN_Z,
+    POOL_MIN,
     InfeasibleError,
     SelectionError,
     baseline,
-    POOL_MIN,
     clear_of_noise,
     closest,
     estimate,
@@ -254,6 +254,11 @@ def test_the_model_pools_in_only_once_it_was_scored_on_enough_other_configs(
     # Its own config's runs are no score of the model: a re-measure of it counts for nothing.
     again = [t.model_copy(update={"number": n}) for n in range(20, 20 + POOL_MIN)]
     assert estimate(t, "p99_tpot_ms", 0.09, model_errors([t, *again]))[1] == 0.09
+    # A re-measure was predicted by a model that had seen its config run: no score either.
+    first = scored_others(trial, 0.3, 1)[0]
+    rerun = modelled(first.model_copy(update={"number": 30}), first.metric("p99_tpot_ms"))
+    rerun = rerun.model_copy(update={"params": first.params})
+    assert model_errors([rerun, first])["p99_tpot_ms"] == [(config_key(first), pytest.approx(-0.3))]
     # A config the model did not predict (the baseline, a study without screening): as measured.
     plain = slo_trial(trial, 5, 1000, 0.96)
     errors = model_errors([t, *scored_others(trial, 0.02)])
