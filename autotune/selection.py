@@ -32,7 +32,7 @@ NOT_SLOS = ("failed", "oom", "error_rate", "agreement")
 # (one-sided 90%, normal quantile).
 MARGIN_Z = 1.2816
 # The engine model's prediction pools into that estimate once this many of its predictions of
-# the metric (other configs') were scored against their measurement; never as surer than a
+# the metric (other configs') were scored against their measurement; never surer than a
 # 2% sd, whatever its errors so far (docs/prediction.md, "The pooled margin").
 POOL_MIN = 4
 MIN_MODEL_SD = 0.02
@@ -146,7 +146,10 @@ def margin(
             continue
         if name in relative and trial.role == "baseline":
             continue
-        bound = math.log(trial.metric(name)) - math.log1p(c)  # c = measured / bound - 1
+        if errors is None:  # the runs alone: log(measured / bound) = log1p(c)
+            out = min(out, -math.log1p(c) / (noise[name].sd / math.sqrt(trial.runs)))
+            continue
+        bound = math.log(trial.metric(name)) - math.log1p(c)
         x, sd = estimate(trial, name, noise[name].sd, errors)
         out = min(out, (bound - x) / sd)
     return out
