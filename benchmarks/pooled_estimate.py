@@ -38,12 +38,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autotune.bench import LoadProfile
+from prediction_error import read_study
+
 from autotune.drift import compared, config_key, noise
 from autotune.predict import engine_options
 from autotune.selection import MARGIN_Z, ModelErrors, estimate, model_errors
 from autotune.status import TrialStatus
-from autotune.store import StudyStore, TrialRecord
+from autotune.store import TrialRecord
 from autotune.study._screen import study_model
 
 METRICS = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "output_throughput")
@@ -53,14 +54,9 @@ FACTORS = (0.9, 0.95, 1.05, 1.1, 1.2)
 def predicted_study(folder: Path, platform: str = "cpu") -> list[TrialRecord]:
     """A study's trials, each measured one with the prediction the study's engine model of the
     trials before it makes (a study that ran without screening stored none)."""
-    store = StudyStore(f"sqlite:///{folder / 'study.db'}", create=False)
-    trials = sorted(store.trials(folder.name), key=lambda t: t.number)
-    spec = json.loads((folder / "trial-0000" / "trial.json").read_text())
-    load = LoadProfile(**{k: v for k, v in spec["experiment"]["load"].items() if v is not None})
+    trials, load = read_study(folder)
     out: list[TrialRecord] = []
     for t in trials:
-        if t.trial_dir:  # recorded relative to where the study ran: read it from here
-            t = t.model_copy(update={"trial_dir": str(folder / Path(t.trial_dir).name)})
         if t.status == TrialStatus.OK:
             model = study_model(out, load, platform)
             p = model.predict(engine_options(t.config)) if model is not None else None
@@ -105,10 +101,10 @@ def evaluate(groups: Sequence[Sequence[Path]]) -> dict[str, Any]:
             truth = truth_of(studies, i)
             own = noise(trials, METRICS)
             errors: ModelErrors = model_errors(trials)
+            others = len(studies) - 1
             for t in compared(trials):
                 if not t.measured or config_key(t) not in truth:
                     continue
-                others = len(studies) - 1
                 for m in METRICS:
                     if m not in own or m not in truth[config_key(t)] or not t.metric(m) > 0:
                         continue

