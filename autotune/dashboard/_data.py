@@ -19,6 +19,7 @@ from autotune.dashboard import _charts as charts
 from autotune.dashboard._catalog import Catalog
 from autotune.dashboard._importance import param_importance
 from autotune.dashboard._labels import (
+    ANSWERS_OTHERWISE,
     FAILED,
     MISSES_SLO,
     OK,
@@ -198,7 +199,7 @@ def study_row(
         space=str(attrs.get("space") or ""),
         created=str(attrs.get("created") or ""),
         trials=len(records),
-        done=sum(k in (OK, MISSES_SLO) for k in kinds),
+        done=sum(k in (OK, MISSES_SLO, ANSWERS_OTHERWISE) for k in kinds),
         failed=sum(k in (FAILED, SKIPPED) for k in kinds),
         pruned=sum(k == PRUNED for k in kinds),
         running=sum(k == RUNNING for k in kinds),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from autotune.selection import misses
 from autotune.status import TrialStatus
 from autotune.store import TrialRecord
 
@@ -24,11 +25,12 @@ LATENCIES = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "p50", "p90", "p99")
 
 # What became of a trial (coarse), as the tables and the studies list count it.
-RUNNING, QUEUED, OK, MISSES_SLO, PRUNED, FAILED, SKIPPED, UNUSED = (
+RUNNING, QUEUED, OK, MISSES_SLO, ANSWERS_OTHERWISE, PRUNED, FAILED, SKIPPED, UNUSED = (
     "running",
     "queued",
     "ok",
     "misses SLO",
+    "answers otherwise",  # measured, and below `--min-agreement`: the accuracy gate, no SLO
     "pruned",
     "failed",
     "skipped",
@@ -39,6 +41,7 @@ RUNNING, QUEUED, OK, MISSES_SLO, PRUNED, FAILED, SKIPPED, UNUSED = (
 GROUP_COLOURS = {
     TrialStatus.OK: "#2ca02c",
     "ok, misses SLO": "#98df8a",
+    "ok, answers otherwise": "#dbdb8d",
     TrialStatus.PRUNED: "#bcbd22",
     TrialStatus.OOM: "#d62728",
     TrialStatus.PREDICTED_OOM: "#ff9896",
@@ -66,7 +69,8 @@ def metric_label(metric: str) -> str:
 
 
 def outcome(t: TrialRecord) -> str:
-    """What became of the trial: running, queued, ok, misses SLO, pruned, failed (launched
+    """What became of the trial: running, queued, ok, misses SLO, answers otherwise (its worst
+    miss is the accuracy gate's, as `show` says it), pruned, failed (launched
     and failed, or interrupted), skipped (never launched: a predicted OOM, a duplicate, a
     config a rule rejects), unused (a slot another worker filled)."""
     if t.state == "running":
@@ -78,7 +82,10 @@ def outcome(t: TrialRecord) -> str:
     if t.status == TrialStatus.PRUNED:
         return PRUNED
     if t.status == TrialStatus.OK:
-        return OK if t.feasible else MISSES_SLO
+        if t.feasible:
+            return OK
+        worst = next(iter(misses(t)), None)
+        return ANSWERS_OTHERWISE if worst is not None and worst.below else MISSES_SLO
     if t.device_s is None and t.state == "complete":
         return SKIPPED
     return FAILED
@@ -90,13 +97,14 @@ def failure_kind(t: TrialRecord) -> str:
 
 
 def status_group(t: TrialRecord) -> str:
-    """The parameter map's colour group: `ok`, `ok, misses SLO`, `pruned`, a failure kind
+    """The parameter map's colour group: `ok`, `ok, misses SLO`, `ok, answers otherwise`,
+    `pruned`, a failure kind
     (`startup_timeout` and `hang` are both `timeout`), `running`."""
     kind = outcome(t)
     if kind == OK:
         return "ok"
-    if kind == MISSES_SLO:
-        return "ok, misses SLO"
+    if kind in (MISSES_SLO, ANSWERS_OTHERWISE):
+        return f"ok, {kind}"
     if kind in (RUNNING, QUEUED):
         return "running"
     if t.status in (TrialStatus.STARTUP_TIMEOUT, TrialStatus.HANG):

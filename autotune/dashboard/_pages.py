@@ -8,6 +8,7 @@ from urllib.parse import quote
 from autotune.dashboard._data import StudyRow, StudyView, TrialRow, finite
 from autotune.dashboard._html import Frame, document, esc, facts, num, table
 from autotune.dashboard._labels import (
+    ANSWERS_OTHERWISE,
     FAILED,
     MISSES_SLO,
     OK,
@@ -24,6 +25,7 @@ from autotune.selection import confirm_slo_text
 BADGES = {
     OK: "ok",
     MISSES_SLO: "warn",
+    ANSWERS_OTHERWISE: "warn",
     PRUNED: "warn",
     FAILED: "bad",
     SKIPPED: "bad",

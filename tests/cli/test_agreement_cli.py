@@ -13,6 +13,7 @@ import yaml
 from support import one_error_line
 
 from autotune import layout
+from autotune.dashboard import Catalog, study_view
 from autotune.measure import AGREEMENT
 from autotune.selection import REFERENCE_ATTR
 from autotune.store import StudyStore
@@ -67,6 +68,13 @@ def test_a_config_that_answers_otherwise_is_infeasible_and_not_exported(
     assert '"agreement_tokens"' in shown.output
     table = invoke("show", "g", "--root", tmp_path, "--all").output
     assert "agree" in table and "ok (answers otherwise)" in table, table
+    # The dashboard says what `show` says: the accuracy gate, not an SLO, ruled fp8 out.
+    view = study_view(Catalog(tmp_path), "g")
+    outcomes = {t.number: t.outcome for t in view.trials}
+    assert {outcomes[t.number] for t in fp8} == {"answers otherwise"}, outcomes
+    assert {outcomes[t.number] for t in same} <= {"ok", "misses SLO"}, outcomes
+    groups = {trace["name"] for trace in view.figures["params"]["data"]}
+    assert "ok, answers otherwise" in groups and "ok, misses SLO" not in groups, groups
 
 
 def test_without_the_flag_nothing_is_compared(tiny_model: Path, tmp_path: Path) -> None:
