@@ -108,14 +108,22 @@ def margin_text(
     clear = margin(chosen, measured, relative, errors)
     if clear == math.inf:
         return ""
+    df = min(n.df for n in measured.values())
+    sure = f"{_sure(clear)} sure, on {df} degree{'s' if df != 1 else ''} of freedom"
     if clear >= MARGIN_Z:
         pooled = clear != margin(chosen, measured, relative)
-        how = " (its runs pooled with the engine model's prediction)" if pooled else ""
-        return f"; its SLOs hold by {clear:.1f} sd of the noise measured{how}"
+        how = "; its runs pooled with the engine model's prediction" if pooled else ""
+        return f"; its SLOs hold by {clear:.1f} sd of the noise measured ({sure}{how})"
     return (
-        f"; within the noise measured of an SLO bound ({clear:.1f} sd): no config held "
-        f"them by {MARGIN_Z:.1f} sd, so it may miss one on another run"
+        f"; within the noise measured of an SLO bound ({clear:.1f} sd, {sure}): no config "
+        f"held them by {MARGIN_Z:.1f} sd (90%), so it may miss one on another run"
     )
+
+
+def _sure(z: float) -> str:
+    """The one-sided confidence of a margin of `z` normal sd: `94%`, `>99.9%`."""
+    p = 0.5 * math.erfc(-z / math.sqrt(2))
+    return ">99.9%" if p > 0.999 else f"{p:.0%}"
 
 
 def default_choice(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> TrialRecord | None:

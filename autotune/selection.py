@@ -29,7 +29,10 @@ TIE = 0.02
 NOT_SLOS = ("failed", "oom", "error_rate", "agreement")
 # How far inside an SLO bound a picked config must measure, in sd of the mean of its runs: a
 # config whose true value sits at its bound measures this far inside it 1 time in 10
-# (one-sided 90%, normal quantile).
+# (one-sided 90%, normal quantile). The sd is the study's own estimate from a few repeated
+# runs, so a margin is read on Student's t with the estimate's degrees of freedom and stated
+# as the normal sd of the same confidence (`normal_equivalent`): with 2 df a config must
+# measure 1.89 sd inside, not 1.28 (docs/metrics.md, "Export's noise margin").
 MARGIN_Z = 1.2816
 # The engine model's prediction pools into that estimate once this many of its predictions of
 # the metric (other configs') were scored against their measurement; never surer than a
@@ -130,6 +133,18 @@ def estimate(
     return pooled, math.sqrt(var * var_model / (var + var_model))
 
 
+def normal_equivalent(z: float, df: int) -> float:
+    """A margin of `z` estimated sd, where the sd rests on `df` degrees of freedom, as the
+    normal z of the same one-sided confidence: Phi^-1(T_df(z)), below `z` for any finite df
+    (inf stays inf)."""
+    if not math.isfinite(z) or df <= 0:
+        return z
+    from scipy.special import ndtri, stdtr  # here: not every command needs scipy
+
+    # each tail from its own side, so that a wide margin stays finite (1 - 1e-17 is 1.0)
+    return float(-ndtri(stdtr(df, -z)) if z >= 0 else ndtri(stdtr(df, z)))
+
+
 def margin(
     trial: TrialRecord,
     noise: Mapping[str, Noise],
@@ -137,8 +152,9 @@ def margin(
     errors: ModelErrors | None = None,
 ) -> float:
     """How far inside its tightest SLO bound `trial` is, in sd of its estimate (`estimate`:
-    the mean of its runs, with `errors` pooled with the model's prediction): inf where no
-    SLO's noise was measured. The baseline is not judged against the `relative` SLOs: it
+    the mean of its runs, with `errors` pooled with the model's prediction), as the normal sd
+    of the same confidence where the noise rests on few runs (`normal_equivalent`): inf where
+    no SLO's noise was measured. The baseline is not judged against the `relative` SLOs: it
     defines them."""
     out = math.inf
     for name, c in trial.constraints.items():
@@ -147,11 +163,12 @@ def margin(
         if name in relative and trial.role == "baseline":
             continue
         if errors is None:  # the runs alone: log(measured / bound) = log1p(c)
-            out = min(out, -math.log1p(c) / (noise[name].sd / math.sqrt(trial.runs)))
-            continue
-        bound = math.log(trial.metric(name)) - math.log1p(c)
-        x, sd = estimate(trial, name, noise[name].sd, errors)
-        out = min(out, (bound - x) / sd)
+            z = -math.log1p(c) / (noise[name].sd / math.sqrt(trial.runs))
+        else:
+            bound = math.log(trial.metric(name)) - math.log1p(c)
+            x, sd = estimate(trial, name, noise[name].sd, errors)
+            z = (bound - x) / sd
+        out = min(out, normal_equivalent(z, noise[name].df))
     return out
 
 

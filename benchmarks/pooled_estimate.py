@@ -18,8 +18,10 @@ Reported per metric:
 - the RMS z-score (error / the sd the estimate claims, with the truth's own noise added):
   near 1 where the claimed sd is honest, above 1 where the estimate is surer than it is right;
 - how often a config is held clear of an SLO bound placed at `f` times its truth
-  (measured inside the bound, and `MARGIN_Z` sd of its estimate inside it). A held config with
-  f < 1 truly misses its bound: a wrong export. With f > 1 it truly meets it: more are better.
+  (measured inside the bound, and `MARGIN_Z` sd of its estimate inside it, read on Student's
+  t with the study's noise degrees of freedom, as `selection.margin` reads it). A held config
+  with f < 1 truly misses its bound: a wrong export. With f > 1 it truly meets it: more are
+  better.
 
     python benchmarks/pooled_estimate.py --replicates studies/w1 studies/w1b studies/w1c \\
         --replicates studies/w2 studies/w2b studies/w2c
@@ -42,7 +44,7 @@ from prediction_error import read_study
 
 from autotune.drift import compared, config_key, noise
 from autotune.predict import engine_options
-from autotune.selection import MARGIN_Z, ModelErrors, estimate, model_errors
+from autotune.selection import MARGIN_Z, ModelErrors, estimate, model_errors, normal_equivalent
 from autotune.status import TrialStatus
 from autotune.store import TrialRecord
 from autotune.study._screen import study_model
@@ -119,7 +121,8 @@ def evaluate(groups: Sequence[Sequence[Path]]) -> dict[str, Any]:
                         for f in FACTORS:
                             bound = x_true + math.log(f)
                             inside = math.log(t.metric(m)) <= bound
-                            held[m][way][f].append(inside and (bound - x) / sd >= MARGIN_Z)
+                            z = normal_equivalent((bound - x) / sd, own[m].df)
+                            held[m][way][f].append(inside and z >= MARGIN_Z)
     out: dict[str, Any] = {}
     for m in METRICS:
         entry: dict[str, Any] = {"n": len(rows[m]["single"])}

@@ -23,6 +23,7 @@ from autotune.selection import (
     miss_text,
     misses,
     model_errors,
+    normal_equivalent,
     pareto_front,
     pick,
 )
@@ -146,7 +147,7 @@ def test_a_pick_holds_its_slos_clear_of_the_measured_noise(trial: Make) -> None:
         slo_trial(trial, 3, 1100, 1.02),  # infeasible
     ]
     noise = {"p99_tpot_ms": Noise(0.09, 4)}
-    assert margin(trials[0], noise) == pytest.approx(-math.log(0.96) / 0.09)
+    assert margin(trials[0], noise) == pytest.approx(normal_equivalent(-math.log(0.96) / 0.09, 4))
     assert numbers(clear_of_noise(trials, noise) or []) == [1, 2]
     assert pick(trials, first, noise=noise).number == 1
     assert pick(trials, OBJECTIVES, "min-tpot", noise=noise).number == 2  # other rules too
@@ -156,12 +157,30 @@ def test_a_pick_holds_its_slos_clear_of_the_measured_noise(trial: Make) -> None:
 
 def test_repeated_runs_narrow_the_margin_a_config_needs(trial: Make) -> None:
     # The mean of four runs is twice as sure as one run: 4% inside is 0.9 sd for one run and
-    # 1.8 sd for the mean of four.
+    # 1.8 sd for the mean of four (read on Student's t with the noise's 6 df).
     once = slo_trial(trial, 0, 1000, 0.96)
     four = once.model_copy(update={"runs": 4})
     noise = {"p99_tpot_ms": Noise(0.045, 6)}
     assert margin(once, noise) < MARGIN_Z < margin(four, noise)
-    assert margin(four, noise) == pytest.approx(2 * margin(once, noise))
+    z = -math.log(0.96) / 0.045
+    assert margin(four, noise) == pytest.approx(normal_equivalent(2 * z, 6))
+
+
+def test_a_noise_measured_on_few_runs_needs_a_wider_margin(trial: Make) -> None:
+    # The sd is the study's estimate: on 1 degree of freedom (one config run twice) a config
+    # must measure 3.08 of it inside its bound to be as sure as 1.28 sd of a known noise
+    # (Student's t, one-sided 90%); on 2 df 1.89; on many, the normal 1.28.
+    for df, t90 in ((1, 3.078), (2, 1.886), (10, 1.372)):
+        assert normal_equivalent(t90, df) == pytest.approx(MARGIN_Z, abs=1e-3)
+    assert normal_equivalent(MARGIN_Z, 10**6) == pytest.approx(MARGIN_Z, abs=1e-4)
+    assert normal_equivalent(math.inf, 2) == math.inf
+    assert 8 < normal_equivalent(40.0, 30) < math.inf  # a wide margin stays a number
+    first = [("output_throughput", "maximize")]
+    # 8% inside a TPOT bound with an sd of log 0.04: 2.1 estimated sd. Held on 10 df (1.72
+    # normal sd), not on 1 (1.0): there the pick falls back to the next config that holds.
+    trials = [slo_trial(trial, 0, 1000, 0.92), slo_trial(trial, 1, 800, 0.5)]
+    assert pick(trials, first, noise={"p99_tpot_ms": Noise(0.04, 10)}).number == 0
+    assert pick(trials, first, noise={"p99_tpot_ms": Noise(0.04, 1)}).number == 1
 
 
 def test_the_baseline_is_never_held_to_a_margin_on_slos_relative_to_it(trial: Make) -> None:
@@ -356,3 +375,17 @@ def test_baseline_is_the_measured_baseline_trial(trial: Make) -> None:
 def test_no_baseline_when_it_failed_or_is_missing(trial: Make) -> None:
     assert baseline([trial(0, None, status="oom", role="baseline"), trial(1, 200)]) is None
     assert baseline([trial(1, 200)]) is None
+
+
+def test_the_export_header_says_how_sure_its_margin_is(trial: Make) -> None:
+    from autotune.export import margin_text
+
+    noise = {"p99_tpot_ms": Noise(0.04, 1)}
+    near = slo_trial(trial, 0, 1000, 0.92)  # 2.1 estimated sd inside, on 1 df: 1.1 normal sd
+    text = margin_text(near, noise, [])
+    assert "(1.1 sd, 86% sure, on 1 degree of freedom)" in text, text
+    assert "no config held them by 1.3 sd (90%), so it may miss one on another run" in text
+    far = slo_trial(trial, 1, 900, 0.5)
+    assert margin_text(far, {"p99_tpot_ms": Noise(0.04, 30)}, []).startswith(
+        "; its SLOs hold by 8.4 sd of the noise measured (>99.9% sure, on 30 degrees of freedom)"
+    )
