@@ -217,9 +217,15 @@ class StudyRunner:
             threading.Thread(target=lane, args=(k,), name=f"lane-{k}")
             for k in range(self.harness.lanes)
         ]
-        for thread in threads:
-            thread.start()
         try:
+            for k, thread in enumerate(threads):
+                thread.start()
+                # Lanes claim their first slots in turn: the first asks first, so a queued
+                # baseline holds a slot before another lane's proposal can take the budget's
+                # last one (with --trials 1 the study ran without its baseline).
+                while thread.is_alive() and not self._stop.is_set():
+                    if k + 1 == len(threads) or trials.claimed[k].wait(0.05):
+                        break
             while any(thread.is_alive() for thread in threads):
                 for thread in threads:
                     thread.join(timeout=0.2)
@@ -228,7 +234,8 @@ class StudyRunner:
             self._stop.set()
             self.harness.cancel.set()
             for thread in threads:
-                thread.join()
+                if thread.ident is not None:  # started
+                    thread.join()
         if errors:
             raise errors[0]
 

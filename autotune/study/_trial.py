@@ -93,21 +93,28 @@ class TrialRunner:
         platform = harness.space.platform
         self.screen = Screen(self.spec, platform) if predict_on(self.spec) else None
         self.screen_on = screen_on(self.spec)
+        # Per lane: set once its proposal holds a slot, or ended without claiming one (the
+        # runner starts lanes in turn on these, so that queued configs claim in queue order).
+        self.claimed = [threading.Event() for _ in range(max(1, harness.lanes))]
 
     def run_one(self, study: optuna.Study, lane: int) -> TrialOutcome:
         """Ask for a config and run it."""
-        with _ASK_LOCK:
-            # Optuna pops a queued trial (the baseline, a retry) by reading then updating its
-            # state, which SQLite does not lock: two lanes or runners of this process asking at
-            # once could both get it. (Across processes: use PostgreSQL, see docs/cluster.md.)
-            trial = study.ask(self.harness.space.distributions())
-        with self.store.heartbeat(trial._trial_id):
-            try:
-                self.recorder.worker(trial, self._worker(lane))
-            except optuna.exceptions.UpdateFinishedTrialError:
-                # taken for an orphan in the instant before it had a worker
-                return TrialOutcome(trial.number)
-            return self._run(study, trial, lane)
+        try:
+            with _ASK_LOCK:
+                # Optuna pops a queued trial (the baseline, a retry) by reading then updating
+                # its state, which SQLite does not lock: two lanes or runners of this process
+                # asking at once could both get it. (Across processes: use PostgreSQL, see
+                # docs/cluster.md.)
+                trial = study.ask(self.harness.space.distributions())
+            with self.store.heartbeat(trial._trial_id):
+                try:
+                    self.recorder.worker(trial, self._worker(lane))
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    # taken for an orphan in the instant before it had a worker
+                    return TrialOutcome(trial.number)
+                return self._run(study, trial, lane)
+        finally:
+            self.claimed[lane % len(self.claimed)].set()  # a proposal that never claimed
 
     def _worker(self, lane: int, devices: str | None = None) -> Worker:
         return worker_attr(self.run_token, self.harness.host, devices, lane)
@@ -127,6 +134,7 @@ class TrialRunner:
         if not verdict.launch:
             return TrialOutcome(trial.number, verdict=verdict)
         slot = self.slots.claim(trial.number, self.spec.trials)
+        self.claimed[lane % len(self.claimed)].set()
         if slot is None:
             self.recorder.give_back(study, trial)
             return TrialOutcome(trial.number, no_slot=True)

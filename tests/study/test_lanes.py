@@ -240,3 +240,30 @@ def test_the_estimate_reads_each_lanes_own_device_not_device_0(
     assert asked and all(ids is not None and len(ids) == 1 for ids in asked)  # its lease
     # What the old gate saw: device 0's memory, read before the lease, while lane 0 ran there.
     assert memory(None).available_bytes == total  # nothing runs now
+
+
+def test_the_baseline_takes_the_last_slot_before_another_lane_can(
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A budget of one trial and two lanes: the baseline (queued, asked first) is the trial
+    measured, even when its proposal takes longer to reach its slot than another lane's (here
+    its gate is slowed); before, the other lane's sampled config could take the only slot and
+    the study ended without its baseline (seen on the real engine, tests/e2e/test_real_parallel)."""
+    from autotune.study._trial import TrialRunner
+
+    gate = TrialRunner._gate_verdict
+
+    def slow_for_the_baseline(self: Any, study: Any, trial: Any, *args: Any) -> Any:
+        if trial.user_attrs.get("role") == "baseline":
+            time.sleep(0.5)
+        return gate(self, study, trial, *args)
+
+    monkeypatch.setattr(TrialRunner, "_gate_verdict", slow_for_the_baseline)
+    space = tp_space(tmp_path)
+    spec = make_spec(trials=1, space=str(tmp_path / "tp.yaml"))
+    pool = DevicePool([0, 1, 2], platform="cuda")
+    StudyRunner(
+        Harness(spec, space, measure, pool=pool, lanes=2), StudyStore(spec.storage_url)
+    ).run()
+    (measured,) = launched(records(spec))
+    assert measured.role == "baseline" and measured.number == 0, records(spec)
