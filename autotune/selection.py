@@ -32,7 +32,7 @@ NOT_SLOS = ("failed", "oom", "error_rate", "agreement")
 # (one-sided 90%, normal quantile). The sd is the study's own estimate from a few repeated
 # runs, so a margin is read on Student's t with the estimate's degrees of freedom and stated
 # as the normal sd of the same confidence (`normal_equivalent`): with 2 df a config must
-# measure 1.89 sd inside, not 1.28 (docs/metrics.md, "Export's noise margin").
+# measure 1.89 sd inside, not 1.28 (docs/metrics.md, "SLOs clear of the measured noise").
 MARGIN_Z = 1.2816
 # The engine model's prediction pools into that estimate once this many of its predictions of
 # the metric (other configs') were scored against their measurement; never surer than a
