@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import yaml
@@ -122,7 +123,7 @@ def margin_text(
 
 def _sure(z: float) -> str:
     """The one-sided confidence of a margin of `z` normal sd: `94%`, `>99.9%`."""
-    p = 0.5 * math.erfc(-z / math.sqrt(2))
+    p = NormalDist().cdf(z)
     return ">99.9%" if p > 0.999 else f"{p:.0%}"
 
 

@@ -182,10 +182,10 @@ def clear_of_noise(
     among them does not flip to a config that truly misses one); None where none does, or
     where no feasible trial has an SLO whose noise was measured (nothing to hold a margin
     against). A trial that measured outside a bound is never held, whatever the model says."""
-    feasible = [t for t in trials if t.feasible]
-    if not any(margin(t, noise, relative, errors) < math.inf for t in feasible):
+    margins = [(t, margin(t, noise, relative, errors)) for t in trials if t.feasible]
+    if not any(m < math.inf for _, m in margins):
         return None
-    held = [t for t in feasible if margin(t, noise, relative, errors) >= MARGIN_Z]
+    held = [t for t, m in margins if m >= MARGIN_Z]
     return held or None
 
 
@@ -335,6 +335,13 @@ class Miss:
     @property
     def below(self) -> bool:
         return self.name == "agreement_tokens"
+
+
+def answers_otherwise(trial: TrialRecord) -> bool:
+    """Measured and infeasible, its worst miss the accuracy gate's (`--min-agreement`), not an
+    SLO's: how `show` and the dashboard word it."""
+    worst = next(iter(misses(trial)), None)
+    return worst is not None and worst.below
 
 
 def misses(trial: TrialRecord) -> list[Miss]:

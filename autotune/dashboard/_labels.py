@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from autotune.selection import misses
+from autotune.selection import answers_otherwise
 from autotune.status import TrialStatus
 from autotune.store import TrialRecord
 
@@ -84,8 +84,7 @@ def outcome(t: TrialRecord) -> str:
     if t.status == TrialStatus.OK:
         if t.feasible:
             return OK
-        worst = next(iter(misses(t)), None)
-        return ANSWERS_OTHERWISE if worst is not None and worst.below else MISSES_SLO
+        return ANSWERS_OTHERWISE if answers_otherwise(t) else MISSES_SLO
     if t.device_s is None and t.state == "complete":
         return SKIPPED
     return FAILED

@@ -218,14 +218,13 @@ class StudyRunner:
             for k in range(self.harness.lanes)
         ]
         try:
+            # Lanes claim their first slots in turn: the first asks first, so a queued
+            # baseline holds a slot before another lane's proposal can take the budget's last
+            # one (with --trials 1 the study ran without its baseline).
             for k, thread in enumerate(threads):
+                if k:
+                    self._first_claim(threads[k - 1], trials.claimed[k - 1])
                 thread.start()
-                # Lanes claim their first slots in turn: the first asks first, so a queued
-                # baseline holds a slot before another lane's proposal can take the budget's
-                # last one (with --trials 1 the study ran without its baseline).
-                while thread.is_alive() and not self._stop.is_set():
-                    if k + 1 == len(threads) or trials.claimed[k].wait(0.05):
-                        break
             while any(thread.is_alive() for thread in threads):
                 for thread in threads:
                     thread.join(timeout=0.2)
@@ -238,6 +237,12 @@ class StudyRunner:
                     thread.join()
         if errors:
             raise errors[0]
+
+    def _first_claim(self, lane: threading.Thread, claimed: threading.Event) -> None:
+        """Wait until `lane`'s first proposal holds its slot (or ended without one), the lane
+        ended, or the study stops."""
+        while lane.is_alive() and not self._stop.is_set() and not claimed.wait(0.05):
+            pass
 
     def _lane(
         self, study: optuna.Study, trials: TrialRunner, result: StudyResult, lane: int

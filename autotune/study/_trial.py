@@ -114,7 +114,7 @@ class TrialRunner:
                     return TrialOutcome(trial.number)
                 return self._run(study, trial, lane)
         finally:
-            self.claimed[lane % len(self.claimed)].set()  # a proposal that never claimed
+            self.claimed[lane].set()  # a proposal that never claimed
 
     def _worker(self, lane: int, devices: str | None = None) -> Worker:
         return worker_attr(self.run_token, self.harness.host, devices, lane)
@@ -134,7 +134,7 @@ class TrialRunner:
         if not verdict.launch:
             return TrialOutcome(trial.number, verdict=verdict)
         slot = self.slots.claim(trial.number, self.spec.trials)
-        self.claimed[lane % len(self.claimed)].set()
+        self.claimed[lane].set()
         if slot is None:
             self.recorder.give_back(study, trial)
             return TrialOutcome(trial.number, no_slot=True)
