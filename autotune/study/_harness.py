@@ -80,13 +80,14 @@ class Harness:
 
     `measure` does the device work of one trial. `device_memory(ids)` says what memory a
     trial's leased devices have now, the tightest of them (ids None: the first device; the
-    result None: unknown, no estimate). With a device `pool`, each trial leases its
-    devices from it (tensor x pipeline parallel of them) and sees only those; `lanes` trials
-    run at once. Setting `cancel` stops every lane as Ctrl-C does. `requests_per_run`: the
-    measured requests of one benchmark run (early stopping counts them). `host`: this worker's
-    host as trials record it. `baseline_measure`: the baseline's device work, where it differs
-    (with SLOs relative to it, `BASELINE_RUNS` benchmark runs on its one engine; None:
-    `measure`).
+    result None: unknown, no estimate; a trial whose config fits what the study has had free
+    there, but not what other processes leave, waits up to `memory_wait_s`). With a device
+    `pool`, each trial leases its devices from it (tensor x pipeline parallel of them) and
+    sees only those; `lanes` trials run at once. Setting `cancel` stops every lane as Ctrl-C
+    does. `requests_per_run`: the measured requests of one benchmark run (early stopping counts
+    them). `host`: this worker's host as trials record it. `baseline_measure`: the baseline's
+    device work, where it differs (with SLOs relative to it, `BASELINE_RUNS` benchmark runs on
+    its one engine; None: `measure`).
     """
 
     spec: TuneSpec
@@ -99,6 +100,10 @@ class Harness:
     cancel: threading.Event = field(default_factory=threading.Event)
     requests_per_run: int = 0
     host: str = field(default_factory=socket.gethostname)
+    # How long a trial waits for memory other processes hold on its devices (its config fits
+    # what the study has had free there), and how often it reads again (`_room.py`).
+    memory_wait_s: float = 600.0
+    memory_poll_s: float = 5.0
     plan: Workplan | None = None  # the workload (None: a measure that brings its own)
     settings: LaunchSettings | None = None
     slo_bounds: InitVar[StudyBounds | None] = None  # the plan's (None: the spec's, a new one)

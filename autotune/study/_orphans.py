@@ -78,4 +78,4 @@ def _settle(
     if not recorder.orphan_interrupted(trial):
         return
     slots.release(trial.number)
-    recorder.requeue_orphan(study, trial)
+    recorder.queue_again(study, trial)

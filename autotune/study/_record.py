@@ -1,9 +1,10 @@
 """Recording: the one writer of a trial's attributes and of what Optuna is told.
 
 Every outcome of a trial reaches the store through here: what was proposed (description,
-config, env), who runs it, a skipped proposal's verdict, a measurement (status, metrics with
-non-finite values stored as null, engine facts, device seconds, constraints, objectives), an
-interruption, a proposal given back because the budget was full, an orphan settled, and the
+config, env), who runs it, a skipped proposal's verdict, a proposal that waited in vain for
+memory other processes held, a measurement (status, metrics with non-finite values stored as
+null, engine facts, device seconds, constraints, objectives), an interruption, a proposal
+given back because the budget was full, an orphan settled, and the
 repair of an OOM queued after it.
 """
 
@@ -92,6 +93,15 @@ class Recorder:
         for name, value in values.items():
             trial.set_constraint(name, value)
         study.tell(trial, objective_values(told_objectives(self.spec), predicted))
+
+    def host_busy(self, study: optuna.Study, trial: Trial, verdict: Verdict) -> None:
+        """A proposal that waited for memory other processes held, in vain: `environment`
+        (the host, not the config), FAILED so that no sampler learns its region from it, and
+        its config queued again, once, for a later moment."""
+        trial.set_user_attr(keys.STATUS, TrialStatus.ENVIRONMENT)
+        trial.set_user_attr(keys.REASON, verdict.reason)
+        study.tell(trial, state=TrialState.FAIL)
+        self.queue_again(study, trial)
 
     def measured(self, study: optuna.Study, trial: Trial, m: Measurement, trial_dir: Path) -> None:
         """Record a measured trial; if the store fails, say where the measurement is kept."""
@@ -197,8 +207,9 @@ class Recorder:
         storage.set_trial_user_attr(trial._trial_id, keys.STATUS, TrialStatus.INTERRUPTED)
         return storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
 
-    def requeue_orphan(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        """Queue an interrupted orphan's config again, once."""
+    def queue_again(self, study: optuna.Study, trial: Trial | FrozenTrial) -> None:
+        """Queue the config of a trial that ended through no fault of its own (an interrupted
+        orphan, a wait for memory in vain) again, once."""
         if not trial.user_attrs.get(keys.REQUEUED):
             attrs = {k: v for k, v in trial.user_attrs.items() if k in (keys.ROLE, keys.REPAIR_OF)}
             study.enqueue_trial(trial.params, user_attrs={**attrs, keys.REQUEUED: True})

@@ -5,7 +5,10 @@ cost; the trial then claims one of the budget's slots (or gives the proposal bac
 workers filled the budget), leases its devices, is measured (with early stopping against the
 front, where asked) and is recorded. A failed baseline or an engine that survived its teardown
 ends the study; an OOM queues its repair (with `repair`). What the gate knows comes from the
-study's trials: the OOMs, and the rules that deterministic failures teach (`_learned.py`).
+study's trials: the OOMs, the configs that started, and the rules that deterministic failures
+teach (`_learned.py`). The memory estimate reads the leased devices (`_room.py`): a config that
+fits what the study has had there waits while other processes hold it, and an OOM while they
+did is recorded `environment`, not learned as the config's.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ from autotune import store as keys
 from autotune.bench import RequestRecord, read_records
 from autotune.devices import Lease, format_device_list, hold_host
 from autotune.engine import EngineConfig
-from autotune.measure import FrontPoint, Judge, Measurement, PruneRule, make_judge
+from autotune.measure import (
+    FrontPoint,
+    Judge,
+    Measurement,
+    PruneRule,
+    make_judge,
+    save_measurement,
+)
 from autotune.search import queue_remeasure, remeasure_on
 from autotune.selection import pareto_front
 from autotune.space import ModelInfo, SearchSpace, SpaceError
@@ -32,11 +42,12 @@ from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialFacts, TrialRecord, TrialSlots, Worker
 from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
-from autotune.study._gate import LAUNCH, Gate, Proposal, SkipRule, Verdict
+from autotune.study._gate import LAUNCH, DeviceRoom, Gate, Proposal, SkipRule, Verdict
 from autotune.study._harness import Harness
 from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._record import Recorder
 from autotune.study._reingest import write_trial_record
+from autotune.study._room import Rooms
 from autotune.study._screen import SCREENED_ROLES, Screen, predict_on, screen_on
 from autotune.study._worker import worker_attr
 
@@ -90,6 +101,9 @@ class TrialRunner:
             devices=harness.pool.size if harness.pool is not None else 1,
             lanes=harness.lanes,
         )
+        self.rooms = Rooms(
+            harness.device_memory, harness.memory_wait_s, harness.memory_poll_s, harness.cancel
+        )
         platform = harness.space.platform
         self.screen = Screen(self.spec, platform) if predict_on(self.spec) else None
         self.screen_on = screen_on(self.spec)
@@ -127,7 +141,8 @@ class TrialRunner:
         # One read of the study per proposal: the gate's twins, OOMs and learned rules, and
         # the finished trials the engine model is fitted to.
         trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-        verdict = self._gate_verdict(study, trial, config, trials)
+        proposal = self._proposal(trial, config, trials)
+        verdict = self._gate_verdict(study, trial, proposal)
         if verdict.launch:
             finished = [t for t in trials if t.state == TrialState.COMPLETE]
             verdict = self._screened(study, trial, config, finished)
@@ -153,7 +168,7 @@ class TrialRunner:
                 whole = hold_host(self.harness.cancel)
             # The estimate reads the memory of the devices this trial got, now: another
             # lane's engine on another device is none of its business.
-            verdict = self._memory_verdict(study, trial, config, lease)
+            verdict, room = self._memory_verdict(study, trial, proposal, lease)
             if not verdict.launch:
                 self.slots.release(trial.number)
                 return TrialOutcome(trial.number, verdict=verdict)
@@ -174,6 +189,7 @@ class TrialRunner:
                 measurement = self.harness.measure(config, trial_dir)
             else:
                 measurement = self.harness.measure(config, trial_dir, judge=judge)
+            measurement = self._attributed(measurement, proposal, room, trial_dir)
         except KeyboardInterrupt:
             self.recorder.interrupted(study, trial, trial_dir)
             self.slots.release(trial.number)
@@ -208,28 +224,30 @@ class TrialRunner:
         elif remeasure_on(self.spec):
             queue_remeasure(study, self.spec)
 
-    def _gate_verdict(
-        self, study: optuna.Study, trial: Trial, config: EngineConfig, trials: list[FrozenTrial]
-    ) -> Verdict:
-        """The gate's verdict on the proposal (`trials`: the study's complete and running ones);
-        one that keeps it from launching is recorded."""
+    def _proposal(self, trial: Trial, config: EngineConfig, trials: list[FrozenTrial]) -> Proposal:
+        """The proposal and what the study knows of it (`trials`: its complete and running
+        ones)."""
         baseline = trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE
         again = trial.user_attrs.get(keys.ROLE) == keys.ROLE_REMEASURE  # its twin on purpose
         finished = [t for t in trials if t.state == TrialState.COMPLETE]
-        proposal = Proposal(
+        return Proposal(
             dict(trial.params),
             config,
             baseline=baseline,
             # A failed baseline reruns; a re-measure runs a measured config again on purpose.
             twin=None if baseline or again else _measured_twin(trials, trial, self.harness.space),
             ooms=_known_ooms(finished),
+            fits=[(t.number, t.params) for t in finished if _got_past_startup(t.user_attrs)],
             rules=self._rules(finished, baseline),
         )
+
+    def _gate_verdict(self, study: optuna.Study, trial: Trial, proposal: Proposal) -> Verdict:
+        """The gate's verdict on the proposal; one that keeps it from launching is recorded."""
         verdict = self.gate.check(proposal)  # the memory estimate: once devices are leased
         if verdict.launch:
             return verdict
         self._skip(study, trial, verdict)
-        if baseline and verdict.status == TrialStatus.INVALID_CONFIG:
+        if proposal.baseline and verdict.status == TrialStatus.INVALID_CONFIG:
             raise StudyError(
                 f"the baseline config breaks a known constraint: {verdict.reason}"
                 " (fix the fixed options or the space's baseline values)"
@@ -268,17 +286,37 @@ class TrialRunner:
         return learned_rules(_tried(finished, self.harness.space))
 
     def _memory_verdict(
-        self, study: optuna.Study, trial: Trial, config: EngineConfig, lease: Lease | None
-    ) -> Verdict:
-        """The memory estimate's verdict on the trial's own devices as they are now (never for
-        the baseline); one that keeps it from launching is recorded."""
-        if trial.user_attrs.get(keys.ROLE) == keys.ROLE_BASELINE:
-            return LAUNCH
+        self, study: optuna.Study, trial: Trial, p: Proposal, lease: Lease | None
+    ) -> tuple[Verdict, DeviceRoom | None]:
+        """The memory estimate's verdict on the trial's own devices (the baseline's is read,
+        never judged), after waiting for memory other processes hold, and the room it read;
+        one that keeps it from launching is recorded (a wait that ran out: `environment`)."""
         ids = lease.ids if lease is not None and self.harness.space.platform != "cpu" else None
-        verdict = self.gate.memory_verdict(config, self.harness.device_memory(ids))
-        if not verdict.launch:
+
+        def judge(room: DeviceRoom | None) -> Verdict:
+            return LAUNCH if p.baseline else self.gate.memory_verdict(p, room)
+
+        verdict, room = self.rooms.wait(ids, judge, trial.number)
+        if verdict.rule == SkipRule.BUSY:
+            self.recorder.host_busy(study, trial, verdict)
+            assert verdict.status is not None
+            self.emit(TrialSkipped(trial.number, verdict.status, verdict.reason))
+        elif not verdict.launch:
             self._skip(study, trial, verdict)
-        return verdict
+        return verdict, room
+
+    def _attributed(
+        self, m: Measurement, p: Proposal, room: DeviceRoom | None, trial_dir: Path
+    ) -> Measurement:
+        """`m`, an OOM that was the host's (`Gate.environment_oom`) recorded as `environment`
+        (its folder's copy too), so that the search never learns it as the config's."""
+        cause = self.gate.environment_oom(p, room) if m.status == TrialStatus.OOM else None
+        if cause is None:
+            return m
+        reason = f"out of memory, the host's fault: {cause} ({m.reason})"
+        m = replace(m, status=TrialStatus.ENVIRONMENT, reason=reason)
+        save_measurement(trial_dir, m)
+        return m
 
     def _skip(self, study: optuna.Study, trial: Trial, verdict: Verdict) -> None:
         self.recorder.skipped(study, trial, verdict)

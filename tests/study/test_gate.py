@@ -2,7 +2,8 @@
 
 The gate is pure (it records nothing and reads nothing but its arguments), so each row is a
 whole case: a config, its role, a twin, the known OOMs, the rules learned from deterministic
-failures, the device's memory, the mode.
+failures, the configs that started (fits), the device's memory now and the most the study has
+had free on it, the mode.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from autotune.space import ModelInfo, load_space
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
 from autotune.study import Gate, Harness, LearnedRule, Proposal, SkipRule, Verdict
-from autotune.study._gate import local_model
+from autotune.study._gate import DeviceRoom, local_model
 from study.fakes import KV_SPACE
 
 GIB = 2**30
@@ -34,8 +35,10 @@ class Case:
     baseline: bool = False
     twin: int | None = None
     ooms: tuple[dict[str, Any], ...] = ()  # params over BASE, numbered from 1
+    fits: tuple[dict[str, Any], ...] = ()  # params over BASE, numbered from 11
     rules: tuple[LearnedRule, ...] = ()
-    memory_gib: float | None = None  # available (of 4 GiB); None: unknown
+    memory_gib: float | None = None  # available now (of 4 GiB); None: unknown
+    most_free_gib: float = 0.0  # the most the study has found free on the device
     devices: int = 1
     lanes: int = 1
     status: TrialStatus | None = None  # None: launched
@@ -112,6 +115,36 @@ CASES = [
         reason="estimate: ",
     ),
     Case("the same KV cache fits a device with room", params={"kv_cache_mib": 2048}, memory_gib=3),
+    Case(
+        "a KV cache over what is free now, within what the study has had free, waits",
+        params={"kv_cache_mib": 2048},
+        memory_gib=1.5,
+        most_free_gib=3,
+        status=TrialStatus.ENVIRONMENT,
+        reason="other processes hold memory: cpu:node0 has 1.50 GiB free now, of the 3.00 GiB",
+    ),
+    Case(
+        "a KV cache over the most the study has had free is predicted",
+        params={"kv_cache_mib": 3584},
+        memory_gib=1.5,
+        most_free_gib=3,
+        status=TrialStatus.PREDICTED_OOM,
+        reason="estimate: ",
+    ),
+    Case(
+        "the memory setting of a config that started is never predicted, it waits",
+        params={"kv_cache_mib": 2048, "max_num_seqs": 64},
+        fits=({"kv_cache_mib": 2048},),
+        memory_gib=0.25,
+        status=TrialStatus.ENVIRONMENT,
+        reason="of the 2.",
+    ),
+    Case(
+        "a config that started with as much memory outweighs a known OOM",
+        params={"kv_cache_mib": 2048},
+        ooms=({"kv_cache_mib": 1024},),
+        fits=({"kv_cache_mib": 2048, "max_num_seqs": 64},),
+    ),
     Case(
         "two lanes on one CPU host share its memory",
         params={"kv_cache_mib": 2048},
@@ -197,6 +230,7 @@ for i, c in enumerate(CASES):
             K.INVALID_CONFIG: SkipRule.INVALID,
             K.DUPLICATE: SkipRule.DUPLICATE,
             K.PREDICTED_UNSUPPORTED: SkipRule.UNSUPPORTED,
+            K.ENVIRONMENT: SkipRule.BUSY,
         }.get(c.status)
         if c.status is not None
         else None
@@ -227,14 +261,22 @@ def test_gate(case: Case, tiny_model: Path, tmp_path: Path) -> None:
     config = harness.engine_config(params)
     config.args.update(case.options)
     ooms = tuple((k + 1, {**BASE, **oom}) for k, oom in enumerate(case.ooms))
-    memory = None
+    fits = tuple((k + 11, {**BASE, **fit}) for k, fit in enumerate(case.fits))
+    room = None
     if case.memory_gib is not None:
-        memory = DeviceMemory("cpu:node0", 4 * GIB, int(case.memory_gib * GIB))
+        now = DeviceMemory("cpu:node0", 4 * GIB, int(case.memory_gib * GIB))
+        room = DeviceRoom(now, int(case.most_free_gib * GIB))
     proposal = Proposal(
-        params, config, baseline=case.baseline, twin=case.twin, ooms=ooms, rules=case.rules
+        params,
+        config,
+        baseline=case.baseline,
+        twin=case.twin,
+        ooms=ooms,
+        fits=fits,
+        rules=case.rules,
     )
 
-    verdict = gate.check(proposal, memory)
+    verdict = gate.check(proposal, room)
 
     assert verdict.status == case.status, verdict.reason
     assert verdict.launch is (case.status is None)
