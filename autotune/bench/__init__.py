@@ -40,6 +40,7 @@ from autotune.bench._percentiles import (
 from autotune.bench._records import RequestRecord, read_records, write_records
 from autotune.bench._requests import build_requests, longest_request
 from autotune.bench._run import run_benchmark
+from autotune.bench._stall import Stall, StallWatch, Timekeeping, find_stall
 from autotune.bench._vllm_bench import (
     VllmBenchClient,
     VllmBenchError,
@@ -83,10 +84,13 @@ __all__ = [
     "RequestRecord",
     "RequestSpec",
     "SharedPrefixWorkload",
+    "Stall",
+    "StallWatch",
     "Stats",
     "StreamError",
     "Summary",
     "ThinPercentile",
+    "Timekeeping",
     "TraceWorkload",
     "VllmBenchClient",
     "VllmBenchError",
@@ -96,6 +100,7 @@ __all__ = [
     "check_installed",
     "check_workload",
     "find_capacity",
+    "find_stall",
     "longest_request",
     "median_summary",
     "min_requests",
