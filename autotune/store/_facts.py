@@ -39,6 +39,16 @@ class Cost(BaseModel):
     devices: int = Field(description="devices the config holds (TP x PP; a CPU host: 1)")
 
 
+class VoidedRun(BaseModel):
+    """A run left out of the trial's measurement: the tuner itself stood still while it ran
+    (`autotune.bench.StallWatch`), so its tokens were stamped late. Its records are kept in
+    `voided/run-K.jsonl`; the run was made again."""
+
+    stall_s: float = Field(description="how long the tuner's own event loop stood still")
+    limit_s: float = Field(description="the stall limit of that run (floor, or 10x its lateness)")
+    records: str = Field(default="", description="the voided run's records, in the trial folder")
+
+
 class TrialFacts(EngineFacts):
     """The engine's own facts (`EngineFacts`: version, KV capacity, reserved CPUs) and what the
     trial measured around its benchmark. None: not known for this trial."""
@@ -63,6 +73,9 @@ class TrialFacts(EngineFacts):
     )
     cost: Cost | None = None
     abort: Abort | None = None
+    voided: list[VoidedRun] | None = Field(
+        default=None, description="runs made again because the tuner stalled in them"
+    )
 
     @classmethod
     def read(cls, stored: Any) -> TrialFacts:

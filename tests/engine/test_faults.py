@@ -6,6 +6,7 @@ tree is gone afterwards, its shared memory is removed and its port is free again
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -249,3 +250,42 @@ def test_the_leader_starts_nothing_for_a_tuner_already_gone() -> None:
         start_new_session=True, capture_output=True, text=True, timeout=10,
     )  # fmt: skip
     assert leader.returncode == 1 and "started" not in leader.stdout
+
+
+def test_engine_that_exits_cleanly_mid_benchmark_is_a_crash_not_a_measurement(
+    tmp_path: Path,
+) -> None:
+    # vLLM's API server exits with status 0 when its engine core is gone; it drops the open
+    # streams first and takes a while to exit, so the run can end (every request failed at
+    # once) while its process still lives.
+    result, trial = run_trial(tmp_path, FAKE_ENGINE_EXIT_AFTER="150", FAKE_ENGINE_EXIT_DELAY_S="3")
+    assert result.status == TrialStatus.CRASH, result.reason
+    assert result.summary is None
+    assert "status 0" in result.reason or "stopped serving" in result.reason
+    stored = json.loads((trial / "measurement.json").read_text())
+    assert stored["status"] == "crash"
+    # What it measured before the end is kept on disk, the failed requests with their error.
+    errors = [json.loads(line)["error"] for line in (trial / "requests.jsonl").open()]
+    assert None in errors and any(errors)
+    assert_cleared(trial, (trial / "engine.log").read_text().splitlines()[0])
+
+
+def test_failed_requests_above_the_bound_fail_the_trial_with_their_reason(
+    tmp_path: Path,
+) -> None:
+    # Every 4th request answered 500 by a live engine: a quarter of the requests failed.
+    result, _ = run_trial(tmp_path, FAKE_ENGINE_FAIL_EVERY="4")
+    assert result.status == TrialStatus.BENCHMARK_ERROR
+    assert result.summary is None
+    assert result.reason.startswith(f"{len(REQUESTS) // 4} of {len(REQUESTS)} requests failed")
+    assert "max_error_rate of 0" in result.reason
+    # Within a bound that allows them, the same run is a measurement (its errors counted).
+    plan = dataclasses.replace(PLAN, max_error_rate=0.3)
+    extra = {
+        "FAKE_ENGINE_STARTUP_S": "0.1",
+        "FAKE_ENGINE_STEP_S": "0.01",
+        "FAKE_ENGINE_FAIL_EVERY": "4",
+    }
+    within = measure(CONFIG, tmp_path / "within", plan, settings(tmp_path, extra_env=extra))
+    assert within.status == TrialStatus.OK and within.summary is not None
+    assert within.summary.errors == len(REQUESTS) // 4

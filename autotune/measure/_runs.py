@@ -1,0 +1,194 @@
+"""The benchmark runs of one trial on its one engine, and what makes a run count.
+
+A plan runs once, `repeats` times, or level by level in a capacity search. A run counts only
+if the tuner itself kept time through it: a stall of the tuner's own process (`StallWatch`)
+voids the run, which is kept on disk and made again on other prompts of the workload, up to
+`MAX_VOIDED` times; after that the host, not the config, is at fault (`TunerStalled`). Once
+the runs are over, the trial counts only if its engine lived through them and its failed
+requests are within the study's bound (`verdict_after`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune import layout
+from autotune.bench import (
+    AbortKind,
+    BenchmarkAborted,
+    LoadProfile,
+    RequestRecord,
+    StallWatch,
+    Summary,
+    find_capacity,
+    run_benchmark,
+    summarize,
+    write_records,
+)
+from autotune.engine import Failure
+from autotune.measure._objectives import constraint_values
+from autotune.status import TrialStatus
+from autotune.store import VoidedRun
+
+logger = logging.getLogger(__name__)
+
+MAX_VOIDED = 2  # voided runs per trial before the trial fails as the host's
+# A remade run's prompts: the workload drawn again past every repeat's and level's index.
+_VOID_DRAW = 1000
+
+
+class TunerStalled(Exception):
+    """Every try of a run stalled: the tuner could not keep time on this host."""
+
+    def __init__(self, voided: Sequence[VoidedRun]) -> None:
+        stalls = ", ".join(f"{v.stall_s:.1f} s" for v in voided)
+        super().__init__(
+            f"the tuner's own process stood still in {len(voided)} runs in a row ({stalls}): "
+            "the host is overloaded, swapping or stopping it; nothing was learned of the config"
+        )
+        self.voided = list(voided)
+
+
+@dataclass
+class PlanRuns:
+    """What the runs of a plan gave: the records the trial is judged on (the median run; with
+    a capacity search, the run that decided its level), the capacity search (as written to
+    `capacity.json`; None without one), the records of repeated runs (empty for one run), and
+    the runs voided by a stall of the tuner."""
+
+    records: list[RequestRecord]
+    capacity: dict[str, Any] | None = None
+    runs: list[list[RequestRecord]] = field(default_factory=list)
+    voided: list[VoidedRun] = field(default_factory=list)
+
+
+class Runner:
+    """Runs a plan's benchmarks against one engine: `url`, `model`, the plan (a `Workplan`),
+    the guard, the trial folder, and the hook called once a run's warm-up is over."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        plan: Any,
+        guard: Any,
+        trial_dir: Path,
+        before_measured: Callable[[], None],
+    ) -> None:
+        self.url, self.model, self.plan, self.guard = url, model, plan, guard
+        self.trial_dir, self.before_measured = trial_dir, before_measured
+        self.voided: list[VoidedRun] = []
+
+    def run_plan(self) -> PlanRuns:
+        """The plan's benchmark: its requests at its load (`repeats` times), or, with a
+        capacity search, at the highest rate that holds the SLOs."""
+        plan = self.plan
+        if plan.capacity is not None:
+            return self._capacity()
+        if plan.repeats <= 1:
+            records = self.run(plan.warmup, plan.requests, plan.profile)
+            return PlanRuns(records, voided=self.voided)
+        return self._repeated()
+
+    def run(
+        self,
+        warmup: Sequence[Any],
+        requests: Sequence[Any],
+        profile: LoadProfile,
+    ) -> list[RequestRecord]:
+        """One run that counts: made again (warm engine, other prompts) while the tuner
+        stalls in it. A run pruned by the judge on the strength of a stalled run is made
+        again too; any other abort is the caller's."""
+        while True:
+            watch = StallWatch()
+            try:
+                records = run_benchmark(
+                    self.url, self.model, warmup, requests, profile, guard=self.guard,
+                    before_measured=self.before_measured, stalls=watch, **self.plan.client(),
+                )  # fmt: skip
+            except BenchmarkAborted as aborted:
+                stall = watch.stall(self.plan.timekeeping)
+                if aborted.abort.kind is not AbortKind.PRUNED or stall is None:
+                    raise
+                records = aborted.records
+            else:
+                stall = watch.stall(self.plan.timekeeping)
+            if stall is None:
+                return records
+            self._void(records, stall.lag_s, stall.limit_s, stall.reason)
+            warmup, requests = (), self.plan.requests_for(_VOID_DRAW + len(self.voided))
+
+    def _void(self, records: list[RequestRecord], lag_s: float, limit_s: float, why: str) -> None:
+        name = f"{layout.VOIDED_DIR}/{layout.run_records(len(self.voided))}"
+        (self.trial_dir / layout.VOIDED_DIR).mkdir(parents=True, exist_ok=True)
+        write_records(self.trial_dir / name, records)
+        self.voided.append(
+            VoidedRun(stall_s=round(lag_s, 3), limit_s=round(limit_s, 3), records=name)
+        )
+        logger.warning("%s: run voided and made again: %s", self.trial_dir.name, why)
+        if len(self.voided) > MAX_VOIDED:
+            raise TunerStalled(self.voided)
+
+    def _repeated(self) -> PlanRuns:
+        """`plan.repeats` runs on one engine (warm-up before the first; each run its own
+        prompts of the workload, `Workplan.requests_for`)."""
+        plan = self.plan
+        folder = self.trial_dir / layout.RUNS_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        runs: list[tuple[Summary, list[RequestRecord]]] = []
+        for k in range(plan.repeats):
+            warmup = plan.warmup if k == 0 else ()
+            records = self.run(warmup, plan.requests_for(k), plan.profile)
+            write_records(folder / layout.run_records(k), records)
+            runs.append((summarize(records, plan.slos), records))
+        by_throughput = sorted(runs, key=lambda run: run[0].output_throughput)
+        median_run = by_throughput[(len(runs) - 1) // 2][1]
+        return PlanRuns(median_run, None, [records for _, records in runs], self.voided)
+
+    def _capacity(self) -> PlanRuns:
+        plan = self.plan
+        runs: list[tuple[Summary, list[RequestRecord]]] = []
+        (self.trial_dir / layout.LEVELS_DIR).mkdir(parents=True, exist_ok=True)
+
+        def run(profile: LoadProfile) -> Summary:
+            warmup = plan.warmup if not runs else ()
+            records = self.run(warmup, plan.requests_for(len(runs)), profile)
+            folder = self.trial_dir / layout.LEVELS_DIR
+            write_records(folder / layout.run_records(len(runs)), records)
+            summary = summarize(records, plan.slos)
+            runs.append((summary, records))
+            return summary
+
+        def holds(summary: Summary) -> bool:
+            """Feasible as a trial is: the same constraints (SLOs, error rate) at or below 0."""
+            values = constraint_values(summary, plan.slos, plan.max_error_rate)
+            return summary.completed > 0 and all(v <= 0 for v in values.values())
+
+        capacity = find_capacity(run, plan.profile, holds, plan.capacity)
+        search = capacity.to_dict()
+        (self.trial_dir / layout.CAPACITY).write_text(json.dumps(search, indent=1))
+        chosen = next(records for summary, records in runs if summary is capacity.summary)
+        return PlanRuns(chosen, search, [], self.voided)
+
+
+def too_many_errors(
+    runs: Sequence[Sequence[RequestRecord]], max_error_rate: float, planned: int | None = None
+) -> Failure | None:
+    """A `benchmark_error` where more of the measured requests failed than the study allows
+    (`max_error_rate`): such a run measured the failures, not the config's service. `planned`:
+    the requests the run was to send, where it stopped early (pruned)."""
+    failed = [r for run in runs for r in run if not r.ok]
+    total = planned if planned is not None else sum(len(run) for run in runs)
+    if not total or len(failed) / total <= max_error_rate:
+        return None
+    first = failed[0].error or "failed"
+    return Failure(
+        TrialStatus.BENCHMARK_ERROR,
+        f"{len(failed)} of {total} requests failed (first: {first}), more than the study's "
+        f"max_error_rate of {max_error_rate:g} allows",
+    )
