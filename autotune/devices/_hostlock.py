@@ -5,15 +5,30 @@ run engines on the same cores or accelerators at once.
 promise to every autotune process on the host with one lock file per device (per core on CPU)
 under `lock_dir()`, held with `flock` for as long as the lease: the kernel drops it when the
 holder dies, so a killed tuner leaves no stale lock. A holder writes its pid and what it runs
-into its files, for the waiting one's message.
+into its own files, for the waiting one's message.
+
+The folder is shared by every user of the host (issue 45: it must not be a way into another
+user's files, root's above all). So the folder is opened once per hold without following a
+symbolic link and each file by name within it, never following one either; a file is made
+with O_EXCL (and only a file just made is opened to every user, mode 0666); an existing one
+must be a regular file of one link, and is written only when it is this user's. The folder's
+owner may be another user (the first tuner of the host made it, mode 1777 as /tmp is): what
+its owner can do (remove a lock file) breaks a lease, never redirects a write, and refusing it
+would end the coordination between users that the folder is for unless root made it. A folder
+every user may write in without the sticky bit is refused: any user could swap its files. A folder
+or file refused, as one that cannot be opened, is said once, naming `AUTOTUNE_LOCK_DIR`, and
+leases then hold within this process only: a tuner goes on rather than wait on a file that a
+user can plant.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -27,6 +42,9 @@ from autotune.devices._numa import parse_cpulist
 logger = logging.getLogger(__name__)
 LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"  # where the lock files are (tests: a folder of their own)
 POLL_S = 0.5  # how often a waiting run looks again
+HOLDER_BYTES = 240  # the most of a holder's line that is read (`owner()` is under 200)
+# Never a symbolic link, never a controlling terminal; kept from engines this process starts.
+_OPEN = os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
 
 
 def owner() -> str:
@@ -68,18 +86,32 @@ class HostHold:
                 os.close(fd)
 
 
+class UnsafeLock(OSError):
+    """A lock folder or file that could redirect this process's writes, or let any user
+    break its leases: a symbolic link, a hard link, not a regular file or folder."""
+
+
 def try_hold(keys: Iterable[str], what: str = "") -> HostHold | str:
     """Hold every key of `keys` without waiting. Returns the hold, or, where another process
     (or another lease of this one) holds a key, a line saying who (`pid 123: autotune tune
     ...`), and nothing is held."""
-    folder = _shared_folder()
-    if folder is None:
+    folder = lock_dir()
+    try:
+        folder_fd = _open_folder(folder)
+    except OSError as exc:
+        _unusable(folder, exc)
         return HostHold([])
+    try:
+        return _hold_in(folder, folder_fd, sorted(set(keys)), what)
+    finally:
+        os.close(folder_fd)
+
+
+def _hold_in(folder: Path, folder_fd: int, keys: list[str], what: str) -> HostHold | str:
     taken: list[int] = []
-    for key in sorted(set(keys)):
-        path = folder / f"{key}.lock"
+    for key in keys:
         try:
-            fd = _open(path)
+            fd, mine = _open_lock(folder_fd, f"{key}.lock")
         except OSError as exc:
             _unusable(folder, exc)
             HostHold(taken).release()
@@ -87,42 +119,76 @@ def try_hold(keys: Iterable[str], what: str = "") -> HostHold | str:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(path)
+            holder = _holder(fd)
             os.close(fd)
             HostHold(taken).release()
             return holder or f"another process ({key})"
-        with contextlib.suppress(OSError):  # a file of another user's: locked, not written
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()}: {what}".encode(), 0)
+        if mine:  # another user's file is locked, never written
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()}: {what}".encode(), 0)
         taken.append(fd)
     return HostHold(taken)
 
 
-def _shared_folder() -> Path | None:
-    """The lock folder, made writable for every user of the host (as /tmp is: sticky), or
-    None where it cannot be had (then leases hold within this process only, said once)."""
-    folder = lock_dir()
+def _open_folder(folder: Path) -> int:
+    """A descriptor of the lock folder (made, for every user as /tmp is, where there is none).
+    Raises OSError where it is a symbolic link, not a folder, or writable by every user without
+    the sticky bit (a group's write is left to the group: umask 002 makes folders so)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
     try:
-        if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(OSError):
-                folder.chmod(0o1777)
-    except OSError as exc:
-        _unusable(folder, exc)
-        return None
-    return folder
-
-
-def _open(path: Path) -> int:
-    """A descriptor to lock `path` by, made readable and writable by every user; another
-    user's file opens read-only (flock needs no more)."""
+        os.mkdir(folder, 0o700)  # opened to every user below, once it is known to be this one
+        made = True
+    except FileExistsError:
+        made = False
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:
-        return os.open(path, os.O_RDONLY)
-    with contextlib.suppress(OSError):
-        os.fchmod(fd, 0o666)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _OPEN)
+    except OSError:
+        if folder.is_symlink():  # O_DIRECTORY's ENOTDIR, O_NOFOLLOW's ELOOP
+            raise UnsafeLock("it is a symbolic link") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if made and info.st_uid == os.geteuid():
+            os.fchmod(fd, 0o1777)
+            info = os.fstat(fd)
+        if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+            raise UnsafeLock("every user may write in it and it has no sticky bit")
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
+
+
+def _open_lock(folder_fd: int, name: str) -> tuple[int, bool]:
+    """A descriptor to lock `name` (in the folder of `folder_fd`) by, and whether this user
+    owns the file (then its holder line may be written). A new file is opened to every user;
+    another user's opens read-only where it must."""
+    try:
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN, 0o600, dir_fd=folder_fd)
+    except FileExistsError:
+        pass
+    else:
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o666)  # made just now by this process: every user's tuner locks it
+        return fd, True
+    try:
+        try:  # O_NONBLOCK: a FIFO planted under the name must not hold the open
+            fd = os.open(name, os.O_RDWR | os.O_NONBLOCK | _OPEN, dir_fd=folder_fd)
+        except PermissionError:
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _OPEN, dir_fd=folder_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met one
+            raise UnsafeLock(f"{name} is a symbolic link") from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        links = f"one of {info.st_nlink} links to a file"
+        raise UnsafeLock(
+            f"{name} is {links if stat.S_ISREG(info.st_mode) else 'not a regular file'}"
+        )
+    return fd, info.st_uid == os.geteuid()
 
 
 _SAID: set[str] = set()
@@ -165,8 +231,31 @@ def wait_hold(keys: Iterable[str], what: str, cancel: threading.Event | None = N
             time.sleep(POLL_S)
 
 
-def _holder(path: Path) -> str:
+def _holder(fd: int) -> str:
+    """Who holds the lock file `fd`: its line where the holder wrote it, else the holder's pid
+    as /proc/locks names it ("" where neither is known). The line is read bounded and shown
+    without control characters (anyone may write a file of mode 0666)."""
     try:
-        return path.read_text().strip()
+        text = os.pread(fd, HOLDER_BYTES, 0).decode(errors="replace")
+        pid = _lock_pid(os.fstat(fd))
     except OSError:
         return ""
+    line = "".join(c if c.isprintable() else "?" for c in text.strip())
+    if pid is None or line.startswith(f"pid {pid}:"):
+        return line
+    return f"pid {pid}"  # a holder that could not write the file (another user's): not its line
+
+
+def _lock_pid(info: os.stat_result) -> int | None:
+    """The pid of the flock held on the file of `info`, from /proc/locks (Linux; None where it
+    cannot be read or names none)."""
+    inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    try:
+        with open("/proc/locks") as f:
+            for line in f:  # `1: FLOCK  ADVISORY  WRITE 7154 fe:00:2146545 0 EOF`
+                parts = line.split()
+                if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == inode:
+                    return int(parts[4]) or None
+    except (OSError, ValueError):
+        return None
+    return None
