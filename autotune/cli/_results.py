@@ -10,7 +10,7 @@ import typer
 from autotune.cli._common import InputError, cli_errors, console, open_store
 from autotune.cli._render import print_front
 from autotune.cli._table import Format, rows_csv, rows_json
-from autotune.export import choose_export, export_trial
+from autotune.export import choose_export, control_characters, export_trial
 from autotune.selection import PICKS, InfeasibleError
 from autotune.trial_data import flat_columns, flat_row, trial_rows
 
@@ -75,6 +75,7 @@ def export(
 ) -> None:
     """Write a trial's config as a `vllm serve --config` YAML (and an env file if needed)."""
     with cli_errors():
+        _check_output(output)
         if output.is_dir():
             raise InputError(f"-o {output}: is a folder; name the YAML file, e.g. -o best.yaml")
         store = open_store(study, storage, root, read_only=True)
@@ -89,7 +90,25 @@ def export(
             done = export_trial(study, chosen, attrs, output, how)
         except OSError as exc:
             raise InputError(f"-o {output}: cannot write: {exc.strerror or exc}") from None
-        console.print(f"wrote {done.yaml_path} (trial {chosen.number}, {how})")
+        _say(f"wrote {done.yaml_path} (trial {chosen.number}, {how})")
         if done.env_path is not None:
-            console.print(f"wrote {done.env_path} (engine environment)")
-        console.print(f"serve it with:\n  {done.command}")
+            _say(f"wrote {done.env_path} (engine environment)")
+        _say(f"serve it with:\n  {done.command}")
+
+
+def _say(line: str) -> None:
+    """`line` as it is: no rich markup (`[b]`) or emoji code (`:x:`) read in a path, and a
+    command never wrapped in two, so that it pastes as printed."""
+    console.print(line, markup=False, emoji=False, soft_wrap=True)
+
+
+def _check_output(output: Path) -> None:
+    """Refuse an `-o` path that would break the lines it is printed and written in: a line
+    break in it would end the YAML header's comment and start a key of the config."""
+    bad = control_characters(str(output))
+    if bad:
+        chars = ", ".join(repr(c) for c in dict.fromkeys(bad))
+        raise InputError(
+            f"-o {str(output)!r}: a file name with a control character ({chars}) would break "
+            "the serve command and the YAML header that name it; name the file without one"
+        )
