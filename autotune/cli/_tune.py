@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -349,7 +350,7 @@ def check_model(model: str) -> None:
     if looks_local and not (folder / "config.json").is_file():
         if folder.exists():  # a folder of something else: never suggest writing into it
             raise InputError(f"model path {model} has no config.json (not a Hugging Face model)")
-        hint = f"; create the demo model with `autotune make-tiny-model {model}`"
+        hint = f"; create the demo model with `autotune make-tiny-model {shlex.quote(model)}`"
         raise InputError(f"model path {model} does not exist{hint}")
 
 

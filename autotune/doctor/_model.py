@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from pathlib import Path
 
 from autotune.devices import Inventory
@@ -25,7 +26,8 @@ def model_check(model: str, inventory: Inventory | None, host: HostInputs) -> Ch
         return Check("model", "fail", str(err), "repair config.json or fetch the model again")
     if info is None:
         fix = (
-            f"pass the folder that holds config.json (the demo's: autotune make-tiny-model {model})"
+            f"pass the folder that holds config.json (the demo's: autotune make-tiny-model "
+            f"{shlex.quote(model)})"
         )
         return Check("model", "fail", f"{model}: no config.json", fix)
     tokenizer = [name for name in TOKENIZER_FILES if (path / name).is_file()]
