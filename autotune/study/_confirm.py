@@ -187,6 +187,12 @@ def evaluate(
     base_ok = baseline_number is not None and baseline_number in qualified
     paired = gain(runs, best, baseline_number, direction)
     winner, verdict = _verdict(best, baseline_number, base_ok, paired, stats)
+    if len(runs) < len(numbers) * rounds:  # kept after every run: a verdict needs them all
+        winner = None
+        verdict = (
+            f"no verdict: {len(runs)} of the step's {len(numbers) * rounds} runs were measured "
+            "(it is still running, or was stopped)"
+        )
     return {
         "candidates": stats,
         "best_candidate": best,
@@ -249,12 +255,13 @@ def _verdict(
 ) -> tuple[int | None, str]:
     """The winner (what `export` deploys) and the verdict in words."""
     if best is None:
+        others = {n: c for n, c in stats.items() if n != str(base)}
         if base_ok:
             return base, (
-                "no config measured better than your defaults: no other candidate held the "
-                "SLOs over the rounds; the winner is the baseline"
+                f"no config measured better than your defaults: {_nobody(others, 'other ')}; "
+                "the winner is the baseline"
             )
-        return None, "no winner: no candidate held the SLOs over the rounds"
+        return None, f"no winner: {_nobody(stats)}"
     if base is None:
         return best, f"trial {best} (no baseline measured: no gain to report)"
     span = _span(paired)
@@ -283,6 +290,19 @@ def _span(paired: Mapping[str, Any]) -> str:
         n = len(paired.get("paired") or [])
         return f" (only {n} paired round{'s' if n != 1 else ''}: no interval)"
     return f": {paired['low']:+.1%} to {paired['high']:+.1%} ({LEVEL:.0%} interval)"
+
+
+def _nobody(stats: Mapping[str, Mapping[str, Any]], other: str = "") -> str:
+    """Why no candidate qualified: it did not run in every round, or missed a bound (the
+    SLOs, or the error-rate bound, which a study without SLOs has too)."""
+    failed = any(None in (c.get("values") or [None]) for c in stats.values())
+    missed = {_missed(c) for c in stats.values() if not c.get("holds")}
+    bounds = "the error-rate bound" if missed == {"the error-rate bound"} else "the SLOs"
+    if missed and not failed:
+        return f"no {other}candidate held {bounds} over the rounds"
+    if not missed:
+        return f"no {other}candidate ran in every round"
+    return f"no {other}candidate both ran in every round and held {bounds} over the rounds"
 
 
 def _missed(candidate: Mapping[str, Any]) -> str:

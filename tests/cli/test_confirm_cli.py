@@ -123,3 +123,34 @@ def test_a_relative_bound_is_the_median_of_the_baselines_three_runs(
     basis = store.study_attrs("m")["slo_basis"]["p99_ttft_ms"]
     assert basis["baseline"] == pytest.approx(statistics.median(p99s))
     assert store.study_attrs("m")["slos"]["p99_ttft_ms"] == pytest.approx(1.2 * basis["baseline"])
+
+
+def test_a_confirm_step_stopped_mid_way_shows_no_stale_verdict(
+    tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object], monkeypatch
+) -> None:
+    # Issue 45: after a kill during the confirm step, the rerun printed "no winner: no
+    # candidate held the SLOs" (the step's first run, judged as if it were all) on a study
+    # that has no SLOs.
+    from autotune.study import Confirmer
+
+    made = Confirmer.of
+
+    def stopped_in_its_second_run(harness: object, store: StudyStore, on_run: object) -> Confirmer:
+        confirmer = made(harness, store, on_run)  # type: ignore[arg-type]
+        runs: list[object] = []
+
+        def stop(*args: object) -> None:  # as Ctrl-C would, once the first run is kept
+            runs.append(args)
+            if len(runs) == 2:
+                raise KeyboardInterrupt
+
+        confirmer.on_run = stop
+        return confirmer
+
+    monkeypatch.setattr(Confirmer, "of", stopped_in_its_second_run)
+    argv = tune_argv("k", "--trials", "2", *ONE_OBJECTIVE, "--confirm", "1")
+    tuned = cli(*argv)
+    assert tuned.exit_code == 130, tuned.output  # type: ignore[attr-defined]
+    shown = cli("show", "k", "--root", tmp_path / "studies").output  # type: ignore[attr-defined]
+    assert "no candidate held the SLOs" not in shown
+    assert "no verdict: 1 of the step's 6 runs were measured (it is still running, or was" in shown

@@ -357,3 +357,47 @@ def test_on_a_slowing_host_the_baseline_against_its_twin_wins_plainly(
     assert result["winner"] == 0
     assert result["gain"]["verdict"].startswith("no config measured better than your defaults")
     assert store.study_attrs(spec.study)[CONFIRM_ATTR]["winner"] == 0
+
+
+def test_a_confirm_step_cut_short_has_no_verdict_rather_than_a_stale_one() -> None:
+    # Issue 45: kept after every run, a step killed in round 1 read "no winner: no candidate
+    # held the SLOs over the rounds" on a study with no SLOs, printed again by the rerun.
+    runs = runs_of({1: [120, 121, 119], 0: [100, 100, 100]})[:2]
+    result = evaluate(runs, [1, 0], "maximize", 0, 3)
+    assert result["winner"] is None
+    assert result["gain"]["verdict"] == (
+        "no verdict: 2 of the step's 6 runs were measured (it is still running, or was stopped)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("failed", "bounds", "verdict"),
+    [
+        (True, Bounds(), "no winner: no candidate ran in every round"),
+        (False, Bounds(), "no winner: no candidate held the error-rate bound over the rounds"),
+        (
+            False,
+            Bounds(absolute={"p99_ttft_ms": 1.0}),
+            "no winner: no candidate held the SLOs over the rounds",
+        ),
+        (
+            True,
+            Bounds(absolute={"p99_ttft_ms": 1.0}),
+            "no winner: no candidate both ran in every round and held the SLOs over the rounds",
+        ),
+    ],
+    ids=["failed-a-round", "errors", "missed-an-slo", "both"],
+)
+def test_no_winner_says_what_each_candidate_missed(
+    failed: bool, bounds: Bounds, verdict: str
+) -> None:
+    # Without SLOs the only bound is the error rate: "held the SLOs" was untrue there.
+    runs = runs_of({1: [120, 121, 119], 0: [100, 100, 100]}, {1: [5] * 3, 0: [5] * 3})
+    if failed:  # runs of trial 1, then of the baseline (0), by round
+        runs[1] = ConfirmRun(1, 1, "crash", None, 1.0)  # the candidate's engine, round 2
+        runs[5] = ConfirmRun(2, 0, "crash", None, 1.0)  # the baseline's, round 3
+    if not bounds.names and not failed:  # every run served errors
+        runs = [ConfirmRun(r.round, r.trial, r.status, r.value, 1.0, r.slos, 0.5) for r in runs]
+    result = evaluate(runs, [1, 0], "maximize", 0, 3, bounds)
+    assert result["winner"] is None
+    assert result["gain"]["verdict"] == verdict
