@@ -8,6 +8,7 @@ problems = check_constraints(options, ModelInfo.from_path(model), platform=space
 ```
 """
 
+from autotune.space._bounds import option_range_problem
 from autotune.space._constraints import ModelInfo, check_constraints, engine_default
 from autotune.space._errors import SpaceError
 from autotune.space._host import (
@@ -39,6 +40,7 @@ from autotune.space._params import (
     FloatParam,
     IntParam,
     Parameter,
+    value_problem,
 )
 from autotune.space._space import SearchSpace, env_string
 
@@ -68,8 +70,10 @@ __all__ = [
     "load_space",
     "memory_order",
     "needs_at_least",
+    "option_range_problem",
     "repair",
     "restrict_to_host",
+    "value_problem",
     "weights_bytes",
     "with_vllm_defaults",
 ]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.limits import MAX_PARAMETER, MAX_SEED
 from autotune.space._params import (
     CategoricalParam,
     FloatParam,
@@ -33,7 +34,7 @@ class OptionRange:
 
     def holds(self, value: float) -> bool:
         above = value > self.low if self.low_open else value >= self.low
-        return above and value <= self.high
+        return above and value <= self.high and math.isfinite(value)
 
     def describe(self, value: float | None = None) -> str:
         """The side of the range `value` falls out of (`>= 1`, `<= 2,147,483,647`), or the
@@ -55,6 +56,9 @@ _COUNT = OptionRange(1, 2**31 - 1)
 _BYTES = OptionRange(1, 2**50)  # a KV cache of up to 1 PiB
 _FRACTION = OptionRange(0, 1, low_open=True)
 _NON_NEGATIVE = OptionRange(0)
+_SEED = OptionRange(0, MAX_SEED)  # vLLM seeds numpy with it
+# Any other tuned number: Optuna holds every value as a float, exact for integers up to 2**53.
+_ANY = OptionRange(-MAX_PARAMETER, MAX_PARAMETER)
 
 OPTION_RANGES: dict[str, OptionRange] = {
     "max_num_seqs": _COUNT,
@@ -71,11 +75,13 @@ OPTION_RANGES: dict[str, OptionRange] = {
     "gpu_memory_utilization": _FRACTION,
     "swap_space": _NON_NEGATIVE,
     "cpu_offload_gb": _NON_NEGATIVE,
+    "seed": _SEED,
 }
 
 
 def range_issues(parameters: Sequence[Parameter]) -> list[Issue]:
-    """`(parameters[i].field, message)` for each bound or choice outside its option's range."""
+    """`(parameters[i].field, message)` for each bound or choice outside its option's range,
+    then for each number of any parameter past +-MAX_PARAMETER."""
     issues: list[Issue] = []
     for i, param in enumerate(parameters):
         bound = OPTION_RANGES.get(param.target_option or "")
@@ -94,6 +100,24 @@ def range_issues(parameters: Sequence[Parameter]) -> list[Issue]:
                         f"(got {format_value(value)}{scaled})",
                     )
                 )
+    return issues + _size_issues(parameters)
+
+
+def _size_issues(parameters: Sequence[Parameter]) -> list[Issue]:
+    """Optuna holds every value as a float, exact for integers only up to 2**53: a bound,
+    step, scale or choice past that (or a bound scaled past it) is refused, whatever it sets."""
+    issues: list[Issue] = []
+    limit = f"{MAX_PARAMETER:,}"
+    for i, param in enumerate(parameters):
+        checks = [(field, value, param.scale or 1) for field, value in _values(param)]
+        checks += [("step", getattr(param, "step", None), 1), ("scale", param.scale, 1)]
+        for field, value, times in checks:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if not _ANY.holds(value * times):
+                scaled = f" = {value * times:g}" if times != 1 else ""
+                message = f"expected a number from -{limit} to {limit} (got {value}{scaled})"
+                issues.append((f"parameters[{i}].{field}", message))
     return issues
 
 
@@ -103,3 +127,24 @@ def _values(param: Parameter) -> list[tuple[str, Any]]:
     if isinstance(param, CategoricalParam):
         return [(f"choices[{k}]", c) for k, c in enumerate(param.choices) if c is not None]
     return []
+
+
+def option_range_problem(name: str, value: Any) -> str | None:
+    """Why `value` cannot be vLLM option `name`'s (`must be >= 1 (got 0)`); None when it can,
+    or when the option's range is not one of OPTION_RANGES."""
+    bound = OPTION_RANGES.get(name)
+    if bound is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return None if bound.holds(value) else f"must be {bound.describe(value)} (got {value})"
+
+
+def fixed_range_issues(fixed: dict[str, Any], variants: dict[str, dict[str, Any]]) -> list[Issue]:
+    """`(fixed.NAME, message)` and `(variants.V.NAME, message)` for each fixed option value
+    outside its range."""
+    named = [(f"fixed.{k}", k, v) for k, v in fixed.items()]
+    named += [(f"variants.{n}.{k}", k, v) for n, o in variants.items() for k, v in o.items()]
+    return [
+        (path, f"{name} {problem}")
+        for path, name, value in named
+        if (problem := option_range_problem(name, value)) is not None
+    ]

@@ -19,11 +19,14 @@ from autotune.space._errors import SpaceError
 from autotune.space._host import HostFacts, restrict_to_host
 from autotune.space._params import PARAMETER_TYPES, CategoricalParam, Issue
 from autotune.space._space import SearchSpace
+from autotune.userfiles import MIB, UserFileError, path_problem, read_user_text, shown_path
 from autotune.wording import plain_message
 from autotune.yamlfile import load_yaml
 
 # The shipped spaces are package data (`search_spaces/` at the repository root links here).
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
+# The shipped spaces are a few KiB; a larger file is not a space (and `/dev/zero` never ends).
+SPACE_LIMIT = 1 * MIB
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +122,8 @@ def _parameter_sources(space: SearchSpace) -> list[tuple[str, dict[str, Any], bo
 
 
 def _resolve(path: str | Path) -> Path:
+    if (problem := path_problem(path)) is not None:
+        raise SpaceError(f"{shown_path(path)}: {problem}")
     file = Path(path)
     if file.is_file():
         return file
@@ -144,12 +149,14 @@ def _relative_to_cwd(path: Path) -> Path:
 
 def _read_yaml(file: Path) -> dict[str, Any]:
     try:
-        data = load_yaml(file.read_text(encoding="utf-8"))
+        data = load_yaml(read_user_text(file, SPACE_LIMIT, "search space"))
+    except UserFileError as exc:
+        raise SpaceError(str(exc)) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise SpaceError(f"{file}: {where}YAML syntax error: {exc.problem}") from exc
-    except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
+    except (yaml.YAMLError, OSError) as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SpaceError(f"{file}: cannot read: {first_line}") from exc
     if not isinstance(data, dict):

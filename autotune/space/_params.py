@@ -10,6 +10,7 @@ report them with their full path.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Annotated, Any, Literal
 
@@ -29,7 +30,10 @@ from autotune.space._derived import DERIVED
 CORES_PLACEHOLDER = "{cores}"
 
 ChoiceValue = str | bool | int | float | None
-StrictFloat = Annotated[float, Field(strict=True)]  # accepts ints, refuses strings
+# A bound, step or baseline: finite (`high: .inf` would pass here and fail in the sampler; its
+# size is bounded with the option's range, space/_bounds.py). Strict: a float accepts ints and
+# refuses strings.
+StrictFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Issue = tuple[str, str]
 
 _FLOAT_TOLERANCE = 1e-9
@@ -47,6 +51,22 @@ def _decimals(number: float) -> int:
         mantissa, _, exponent = text.partition("e")
         return max(0, len(mantissa.partition(".")[2].rstrip("0")) - int(exponent))
     return len(text.partition(".")[2].rstrip("0"))
+
+
+def env_string(value: Any) -> str | None:
+    """The environment spelling of a value; None for "do not set" (null or "")."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _spelled(value: Any) -> str:
+    """A value as YAML writes it, its type shown: `"true"` (text), `true`, `1.0`, `null`."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value) if isinstance(value, float) else format_value(value)
 
 
 def format_value(value: Any) -> str:
@@ -91,7 +111,9 @@ class _ParamBase(BaseModel):
         default=None, description="Environment variable this parameter sets instead of an option"
     )
     scale: StrictInt | None = Field(
-        default=None, ge=1, description="Option value = parameter value * scale (int only)"
+        default=None,
+        ge=1,
+        description="Option value = parameter value * scale (int only)",
     )
     description: str | None = Field(default=None, description="What the parameter controls")
     only_if: dict[str, list[ChoiceValue]] | None = Field(
@@ -166,7 +188,7 @@ class _ParamBase(BaseModel):
         dist = self.distribution()
         try:
             return bool(dist._contains(dist.to_internal_repr(value)))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):  # inf for an int
             return False
 
     def engine_value(self, value: Any) -> Any:
@@ -186,6 +208,10 @@ class _ParamBase(BaseModel):
 
     def distribution(self) -> BaseDistribution:
         raise NotImplementedError
+
+    def describe_values(self) -> str:
+        """The values this parameter takes, in words (`a whole number from 1 to 256`)."""
+        return "true or false"
 
     def suggest(self, trial: BaseTrial) -> Any:
         raise NotImplementedError
@@ -244,6 +270,10 @@ class IntParam(_ParamBase):
             ]
         return []
 
+    def describe_values(self) -> str:
+        step = f" in steps of {self.step}" if self.step != 1 else ""
+        return f"a whole number from {self.low} to {self.high}{step}"
+
     def _baseline_message(self) -> str:
         b = self.baseline
         if not self.low <= b <= self.high:
@@ -299,6 +329,10 @@ class FloatParam(_ParamBase):
             ]
         return []
 
+    def describe_values(self) -> str:
+        step = f" in steps of {self.step:g}" if self.step is not None else ""
+        return f"a number from {self.low:g} to {self.high:g}{step}"
+
     def _baseline_message(self) -> str:
         b = self.baseline
         if not self.low <= b <= self.high:
@@ -337,8 +371,11 @@ class CategoricalParam(_ParamBase):
 
     def _range_issues(self) -> list[Issue]:
         for i, choice in enumerate(self.choices):
-            if any(c == choice for c in self.choices[:i]):
-                return [(f"choices[{i}]", f"duplicate choice {format_value(choice)}")]
+            if isinstance(choice, float) and not math.isfinite(choice):
+                return [(f"choices[{i}]", f"expected a finite number (got {choice})")]
+            same = next((j for j, c in enumerate(self.choices[:i]) if self._alike(c, choice)), None)
+            if same is not None:
+                return [(f"choices[{i}]", self._duplicate(same, choice))]
         if self.variants and (self.option is not None or self.env is not None):
             return [("variants", "a variants parameter sets no `option` or `env`")]
         if self.variants and not all(isinstance(c, str) for c in self.choices):
@@ -352,6 +389,25 @@ class CategoricalParam(_ParamBase):
             if self.variants or self.env is not None:
                 return [("derived", "a derived value sets an option, not a variant or env var")]
         return []
+
+    def _alike(self, a: ChoiceValue, b: ChoiceValue) -> bool:
+        """Two choices one could not tell apart: equal (1, 1.0, true), shown alike (true and
+        "true", 1 and "1", in any case) or, for a variable, set alike (null and "")."""
+        if a == b or format_value(a).lower() == format_value(b).lower():
+            return True
+        return self.env is not None and env_string(a) == env_string(b)
+
+    def _duplicate(self, j: int, again: ChoiceValue) -> str:
+        first = self.choices[j]
+        if type(first) is type(again) and first == again:
+            return f"duplicate choice {format_value(again)}"
+        return (
+            f"{_spelled(again)} and choices[{j}] {_spelled(first)} are one value to the engine "
+            "and in every table: give it once"
+        )
+
+    def describe_values(self) -> str:
+        return f"one of [{', '.join(format_value(c) for c in self.choices)}]"
 
     def _baseline_message(self) -> str:
         shown = ", ".join(format_value(c) for c in self.choices)
@@ -374,4 +430,17 @@ class BoolParam(_ParamBase):
 Parameter = Annotated[
     IntParam | FloatParam | CategoricalParam | BoolParam, Field(discriminator="type")
 ]
+
+
+def value_problem(parameters: list[Parameter], name: str, value: Any) -> str | None:
+    """Why parameter `name` cannot take `value` (a user's, for trial 0 or a prediction), in
+    words that blame the value and give the parameter's values; None when it can."""
+    param = next((p for p in parameters if p.name == name), None)
+    if param is None:
+        return f"not a parameter of the space ({', '.join(p.name for p in parameters)})"
+    if param.contains(value):
+        return None
+    return f"{format_value(value)} is not a value of {name}, which is {param.describe_values()}"
+
+
 PARAMETER_TYPES = ("int", "float", "categorical", "bool")

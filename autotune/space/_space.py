@@ -19,22 +19,20 @@ from pydantic import (
 )
 
 from autotune.engine import env_name_problem, is_known_option, normalize_option, suggest_option
-from autotune.space._bounds import range_issues
+from autotune.space._bounds import fixed_range_issues, range_issues
 from autotune.space._defaults import mark_defaults
 from autotune.space._derived import resolve
 from autotune.space._errors import SpaceError
-from autotune.space._params import BoolParam, CategoricalParam, Issue, Parameter, format_value
+from autotune.space._params import (
+    BoolParam,
+    CategoricalParam,
+    Issue,
+    Parameter,
+    env_string,
+    format_value,
+)
 
 Platform = Literal["cpu", "cuda", "ascend", "any"]
-
-
-def env_string(value: Any) -> str | None:
-    """The environment spelling of a value; None for "do not set" (null or "")."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
 
 
 def _normalized_keys(mapping: dict[str, Any], where: str) -> dict[str, Any]:
@@ -479,7 +477,7 @@ def _variant_issues(space: SearchSpace) -> list[Issue]:
 
 
 def _option_range_issues(space: SearchSpace) -> list[Issue]:
-    return range_issues(space.parameters)
+    return range_issues(space.parameters) + fixed_range_issues(space.fixed, space.variants)
 
 
 # Data, not an if-chain: each check returns (path, message) issues for the whole space.

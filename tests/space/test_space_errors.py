@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from autotune.space import SpaceError, load_space
+from autotune.space import SpaceError, load_space, value_problem
 
 WriteSpace = Callable[..., Path]
 
 INT = "{name: max_num_seqs, type: int, low: 4, high: 256, baseline: 128}"
+ENV = "name: x, env: VLLM_X"  # a parameter of no known range: a variable
 
 CASES = {
     "yaml_syntax": ("parameters: [\n  - {name: a", r"line \d+, column \d+: YAML syntax error"),
@@ -204,6 +206,81 @@ CASES = {
         " type: categorical, choices: [null, FULL, FULLGRAPH], baseline: null}",
         r"parameters\[0\]\.choices\[2\]: unknown mode 'FULLGRAPH' \(vLLM's modes: ",
     ),
+    # Issue 45: a float bound that is not finite passed here and failed in the sampler.
+    "float_high_inf": (
+        f"parameters:\n  - {{{ENV}, type: float, low: 0.5, high: .inf, baseline: 1}}",
+        r"parameters\[0\]\.high: expected a finite number$",
+    ),
+    "float_low_minus_inf": (
+        f"parameters:\n  - {{{ENV}, type: float, low: -.inf, high: 1, baseline: 1}}",
+        r"parameters\[0\]\.low: expected a finite number$",
+    ),
+    "float_step_nan": (
+        f"parameters:\n  - {{{ENV}, type: float, low: 0, high: 1, step: .nan, baseline: 1}}",
+        r"parameters\[0\]\.step: expected a finite number$",
+    ),
+    "float_baseline_inf": (
+        f"parameters:\n  - {{{ENV}, type: float, low: 0, high: 1, baseline: .inf}}",
+        r"parameters\[0\]\.baseline: expected a finite number$",
+    ),
+    "float_past_2_53": (
+        f"parameters:\n  - {{{ENV}, type: float, low: 0, high: 1.0e+300, baseline: 1}}",
+        r"parameters\[0\]\.high: expected a number from -9,007,199,254,740,992 to ",
+    ),
+    "int_past_2_53": (
+        f"parameters:\n  - {{{ENV}, type: int, low: 1, high: {2**60}, baseline: 1}}",
+        rf"parameters\[0\]\.high: expected a number .* \(got {2**60}\)$",
+    ),
+    "int_step_past_2_53": (
+        f"parameters:\n  - {{{ENV}, type: int, low: 1, high: 1, step: {2**60}, baseline: 1}}",
+        r"parameters\[0\]\.step: expected a number from",
+    ),
+    "scaled_past_2_53": (
+        f"parameters:\n  - {{{ENV}, type: int, low: 1, high: 2, scale: {2**60}, baseline: 1}}",
+        r"parameters\[0\]\.low: expected a number .* \(got 1 = 1\.15292e\+18\)",
+    ),
+    "choice_nan": (
+        f"parameters:\n  - {{{ENV}, type: categorical, choices: [1, .nan], baseline: 1}}",
+        r"parameters\[0\]\.choices\[1\]: expected a finite number \(got nan\)",
+    ),
+    # Issue 45: values that look alike were taken as distinct, launched twice, shown the same.
+    "choice_true_and_text_true": (
+        "parameters:\n  - {name: enforce_eager, type: categorical, choices: [true, 'true'],"
+        " baseline: true}",
+        r'parameters\[0\]\.choices\[1\]: "true" and choices\[0\] true are one value to the '
+        r"engine and in every table: give it once$",
+    ),
+    "choice_one_and_one_point_oh": (
+        f"parameters:\n  - {{{ENV}, type: categorical, choices: [2, 1, 1.0], baseline: 1}}",
+        r"parameters\[0\]\.choices\[2\]: 1\.0 and choices\[1\] 1 are one value",
+    ),
+    "choice_one_and_text_one": (
+        f"parameters:\n  - {{{ENV}, type: categorical, choices: [1, '1'], baseline: 1}}",
+        r'parameters\[0\]\.choices\[1\]: "1" and choices\[0\] 1 are one value',
+    ),
+    "choice_text_true_in_capitals": (
+        f"parameters:\n  - {{{ENV}, type: categorical, choices: ['TRUE', true], baseline: true}}",
+        r'parameters\[0\]\.choices\[1\]: true and choices\[0\] "TRUE" are one value',
+    ),
+    "choice_given_twice": (
+        f"parameters:\n  - {{{ENV}, type: categorical, choices: [a, b, a], baseline: a}}",
+        r"parameters\[0\]\.choices\[2\]: duplicate choice a$",
+    ),
+    "variable_unset_twice": (
+        f"parameters:\n  - {{{ENV}, type: categorical, choices: [null, ''], baseline: null}}",
+        r'parameters\[0\]\.choices\[1\]: "" and choices\[0\] null are one value',
+    ),
+    # A fixed option is bounded as a tuned one is.
+    "fixed_count_zero": (
+        "fixed: {max_num_seqs: 0}\nparameters:\n  - "
+        f"{{{ENV}, type: int, low: 1, high: 2, baseline: 1}}",
+        r"fixed\.max_num_seqs: max_num_seqs must be >= 1 \(got 0\)$",
+    ),
+    "fixed_fraction_inf": (
+        "fixed: {gpu_memory_utilization: .inf}\nparameters:\n  - "
+        f"{{{ENV}, type: int, low: 1, high: 2, baseline: 1}}",
+        r"fixed\.gpu_memory_utilization: gpu_memory_utilization must be in \(0, 1\] \(got inf\)$",
+    ),
 }
 
 
@@ -217,6 +294,30 @@ def test_malformed_file(case: str, write_space: WriteSpace) -> None:
     assert message.startswith(f"{path}: "), message
     assert "\n" not in message
     assert re.search(pattern, message), message
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda p: Path("/dev/zero"), "/dev/zero: not a file"),
+        (lambda p: (os.mkfifo(p / "fifo"), p / "fifo")[1], "fifo: not a file"),
+        (lambda p: _sparse(p / "big.yaml", 1024 * 1024 + 1), "larger than 1 MiB"),
+        (lambda p: p / ("n" * 256), "has a name of 256 bytes"),
+        (lambda p: p / "a\x01.yaml", "holds a control character ('\\x01')"),
+    ],
+    ids=["device", "fifo", "too-large", "name-too-long", "control-character"],
+)
+def test_a_space_file_is_read_within_a_bound(tmp_path: Path, make: object, needle: str) -> None:
+    # Issue 45: a file from the user was read whole, whatever it was.
+    with pytest.raises(SpaceError) as info:
+        load_space(make(tmp_path))  # type: ignore[operator]
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with path.open("wb") as out:
+        out.truncate(size)  # no disk taken
+    return path
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -237,3 +338,21 @@ def test_several_problems_are_counted(write_space: WriteSpace) -> None:
     message = str(info.value)
     assert "parameters[0].low: must be <= high" in message
     assert message.endswith("(and 1 more)")
+
+
+def test_a_value_a_parameter_cannot_take_is_blamed_with_the_parameters_values() -> None:
+    # Issue 45: `predict --set max_num_seqs=100000` blamed the space file and gave no range.
+    space = load_space("cpu-quick")
+    values = {p.name: p.describe_values() for p in space.parameters}
+    assert values["max_num_seqs"].startswith("a whole number from 4 to 128")
+    assert value_problem(space.parameters, "max_num_seqs", 100000) == (
+        f"100000 is not a value of max_num_seqs, which is {values['max_num_seqs']}"
+    )
+    assert value_problem(space.parameters, "max_num_seqs", 64) is None
+    assert value_problem(space.parameters, "max_num_seqs", float("inf")) is not None  # no crash
+    assert value_problem(space.parameters, "enable_prefix_caching", "yes") == (
+        "yes is not a value of enable_prefix_caching, which is true or false"
+    )
+    assert "not a parameter of the space (max_num_seqs" in str(
+        value_problem(space.parameters, "max_num_seq", 8)
+    )
