@@ -7,12 +7,18 @@ Nothing below the CLI parses strings or reads the environment: it receives a Tun
 from __future__ import annotations
 
 import math
-import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from autotune.bench import (
     METRIC_NAMES,
@@ -24,24 +30,23 @@ from autotune.bench import (
     check_workload,
     parse_workload,
 )
-from autotune.engine import (
-    DEFAULT_COMMAND,
-    DEFAULT_OFFLINE_COMMAND,
-    env_name_problem,
-    is_known_option,
-    normalize_option,
-    option_value_problem,
-    suggest_option,
+from autotune.limits import (
+    MAX_CONFIRM,
+    MAX_FACTOR,
+    MAX_PARALLEL,
+    MAX_REPEATS,
+    MAX_ROUNDS,
+    MAX_TRIALS,
+    Price,
+    Seed,
 )
+from autotune.spec_engine import EngineSpec
 from autotune.spec_errors import SpecError, describe_spec_error
+from autotune.spec_file import path_field_problem, read_spec_file
 from autotune.spec_flags import parse_relative
 from autotune.store import default_storage_url
-from autotune.yamlfile import load_yaml
 
 Direction = Literal["maximize", "minimize"]
-# More trials than a study could ever launch (a year of 30-second trials): a larger count is
-# a typo, and Optuna and the slot table would hold it in memory.
-MAX_TRIALS = 1_000_000
 
 DEFAULT_OBJECTIVES: tuple[tuple[str, Direction], ...] = (
     ("output_throughput", "maximize"),
@@ -76,66 +81,6 @@ class Objective(BaseModel):
         return value
 
 
-class EngineSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    command: str = Field(
-        default=DEFAULT_COMMAND,
-        description="Server command; `{python}` is the tuner's interpreter; `--config`, "
-        "`--host` and `--port` are appended unless `{config}`/`{host}`/`{port}` appear",
-    )
-    offline_command: str = Field(
-        default=DEFAULT_OFFLINE_COMMAND,
-        description="The offline scenario's batch program; `--config`, `--prompts` and `--out` "
-        "are appended unless `{config}`/`{prompts}`/`{out}` appear",
-    )
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="vLLM options fixed for every trial (win over space)"
-    )
-    env: dict[str, str] = Field(default_factory=dict, description="Engine environment variables")
-    startup_timeout_s: float = Field(default=600.0, gt=0, description="Limit to become ready")
-    benchmark_timeout_s: float = Field(
-        default=1800.0, gt=0, description="Limit for a trial's benchmark (warm-up included)"
-    )
-    hang_timeout_s: float = Field(
-        default=120.0, gt=0, description="Longest silence with requests in flight: a hang"
-    )
-    cores: str | None = Field(default=None, description="Cores for `{cores}` (default: all)")
-
-    @field_validator("options")
-    @classmethod
-    def _normalize(cls, value: dict[str, Any]) -> dict[str, Any]:
-        options = {normalize_option(k): v for k, v in value.items()}
-        for name in options:
-            # A misspelling of a known option is refused; a name close to none may be an
-            # option of another vLLM version (or plugin) and is passed on as it is.
-            hint = None if is_known_option(name) else suggest_option(name)
-            if hint is not None:
-                raise ValueError(f"unknown vLLM option '{name}' (did you mean '{hint}'?)")
-            if (problem := option_value_problem(name, options[name])) is not None:
-                raise ValueError(f"{name}: {problem}")
-        return options
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if (problem := env_name_problem(name)) is not None:
-                raise ValueError(problem)
-        return value
-
-    @field_validator("command", "offline_command")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be empty")
-        try:
-            shlex.split(value)
-        except ValueError as exc:  # "No closing quotation"
-            raise ValueError(f"cannot be split into words: {str(exc).lower()}") from None
-        return value
-
-
 # Removed settings a stored study may still name (the speed probe, removed in stop 30: on the
 # real engine it added noise; autotune.drift says what replaced it).
 RETIRED_FIELDS = ("speed_probe",)
@@ -157,7 +102,7 @@ class TuneSpec(BaseModel):
             data = {k: v for k, v in data.items() if k not in RETIRED_FIELDS}
         return data
 
-    study: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Study name")
+    study: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", description="Study name")
     model: str = Field(description="Model path (or hub name where a hub is reachable)")
     served_model_name: str | None = None
     scenario: Literal["online", "offline"] = Field(
@@ -219,7 +164,7 @@ class TuneSpec(BaseModel):
         description="Run the incumbent config again, so that a host whose speed drifts and a "
         "lucky run do not pick the winner (autotune.drift); auto: on for a goal search",
     )
-    seed: int = Field(default=0, ge=0, description="Sampler and workload seed")
+    seed: Seed = Field(default=0, description="Sampler and workload seed")
     storage: str | None = Field(default=None, description="SQLAlchemy URL (default SQLite)")
     root: Path = Field(default=Path("studies"), description="Folder for studies")
     engine: EngineSpec = Field(default_factory=EngineSpec)
@@ -249,15 +194,15 @@ class TuneSpec(BaseModel):
     repair: bool = Field(
         default=False, description="Retry an OOM trial once with less memory (a linked trial)"
     )
-    device_cost_per_hour: float | None = Field(
+    device_cost_per_hour: Price | None = Field(
         default=None,
-        gt=0,
         description="What one device (GPU, NPU; on CPU: the host) costs per hour; then "
         "cost_per_mtok, the cost of a million output tokens, is measured and may be an objective",
     )
     repeats: int = Field(
         default=1,
         ge=1,
+        le=MAX_REPEATS,
         description="Benchmark runs per trial on its one engine; objectives are their medians "
         "and the spread (half the range) is kept",
     )
@@ -266,17 +211,18 @@ class TuneSpec(BaseModel):
         description="Stop a trial's benchmark early once its running metrics make it "
         "certainly infeasible or dominated by the front with `prune_margin` (status pruned)",
     )
-    prune_margin: float = Field(default=0.1, ge=0, description="Margin of `prune`'s dominance")
+    prune_margin: float = Field(default=0.1, ge=0, le=10, description="`prune`'s dominance margin")
     screen: Literal["auto", "on", "off"] = Field(
         default="auto", description="Predict proposals by the study's engine model; skip ruled out"
     )
     confirm: int = Field(
         default=0,
         ge=0,
+        le=MAX_CONFIRM,
         description="After the budget, re-measure this many top front configs and the "
         "baseline in alternating rounds; the winner is picked by median minus spread",
     )
-    confirm_rounds: int = Field(default=3, ge=1, description="Rounds of the confirm step")
+    confirm_rounds: int = Field(default=3, ge=1, le=MAX_ROUNDS, description="Confirm rounds")
 
     @model_validator(mode="before")
     @classmethod
@@ -294,12 +240,14 @@ class TuneSpec(BaseModel):
 
     @field_validator("slos", "relative_slos")
     @classmethod
-    def _known_slos(cls, value: dict[str, float]) -> dict[str, float]:
+    def _known_slos(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        factor = info.field_name == "relative_slos"
         for name, bound in value.items():
             if name not in METRIC_NAMES:
                 raise ValueError(f"unknown SLO metric {name!r}; known: {', '.join(METRIC_NAMES)}")
-            if not 0 < bound < math.inf:  # inf bounds nothing, and was shown as `<= -`
-                raise ValueError(f"SLO {name}={bound:g}: a bound must be a finite number > 0")
+            if not 0 < bound <= (MAX_FACTOR if factor else math.inf) or math.isinf(bound):
+                what = f"baseline*{bound:g}: a factor" if factor else f"{bound:g}: a bound"
+                raise ValueError(f"SLO {name}={what} must be a finite number > 0")
         return value
 
     @model_validator(mode="after")
@@ -314,11 +262,11 @@ class TuneSpec(BaseModel):
             )
         return self
 
-    @field_validator("root")
+    @field_validator("root", "model", "storage")
     @classmethod
-    def _root_is_a_folder(cls, value: Path) -> Path:
-        if value.exists() and not value.is_dir():
-            raise ValueError("is a file, not a folder")
+    def _a_path(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and (problem := path_field_problem(str(info.field_name), value)):
+            raise ValueError(problem)  # before anything is made under it
         return value
 
     @field_validator("workload", mode="before")
@@ -418,8 +366,8 @@ class TuneSpec(BaseModel):
     @field_validator("parallel")
     @classmethod
     def _positive(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("parallel must be >= 1 or auto")
+        if isinstance(value, int) and not 1 <= value <= MAX_PARALLEL:
+            raise ValueError(f"expected a number from 1 to {MAX_PARALLEL}, or auto")
         return value
 
     def shared(self) -> dict[str, Any]:
@@ -451,7 +399,7 @@ def load_spec(
     `defaults` fill the fields that neither names (e.g. the model of `--baseline`)."""
     data: dict[str, Any] = dict(defaults or {})
     if path is not None:
-        data.update(_read_yaml(path))
+        data.update(read_spec_file(path))
     for key, value in overrides.items():
         if value is None:
             continue
@@ -464,24 +412,6 @@ def load_spec(
         return TuneSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_first_error(exc, path, overrides)) from None
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = load_yaml(path.read_text())
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read spec: {exc.strerror}") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{path}: invalid YAML{where}: {exc.problem}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: a spec must be a mapping of fields")
-    if "parameters" in data and "study" not in data:
-        raise SpecError(f"{path}: a search space (it has `parameters`): pass it as --space")
-    return data
 
 
 def _first_error(exc: ValidationError, path: Path | None, flags: dict[str, Any]) -> str:

@@ -58,11 +58,23 @@ _FLAG_NAMES = {
     "load.rate": "--rate",
     "load.concurrency": "--concurrency",
     "slos": "--slo",
+    "relative_slos": "--slo",
     "objectives": "--objective",
     "engine.command": "--engine-command",
     "engine.options": "--option",
     "capacity": "--load",
 }
+# Fields that `tune` sets from a flag of their own name (`--confirm-rounds`); the others, when
+# a caller passes them as values (a stored spec read back by `worker` or `confirm`), are named
+# by their field, never by a flag that does not exist (`--max-error-rate`).
+_SAME_NAME_FLAGS = frozenset(
+    {
+        *("study", "model", "space", "workload", "scenario", "trials", "storage", "root"),
+        *("search", "sampler", "remeasure", "screen", "seed", "repair", "parallel", "devices"),
+        *("warm_start", "reingest", "device_cost_per_hour", "repeats", "min_agreement"),
+        *("load_client", "prune", "confirm", "confirm_rounds", "served_model_name"),
+    }
+)
 _PATTERN_WORDS = {
     "study": "expected letters, digits, '_', '.' and '-', starting with a letter or digit",
 }
@@ -76,5 +88,7 @@ def _flag(loc: list[str], flags: Mapping[str, Any]) -> str | None:
         given = flags[loc[0]]
         if len(loc) < 2 or not isinstance(given, dict) or given.get(loc[1]) is None:
             return None
-        return _FLAG_NAMES.get(".".join(loc[:2]), f"--{loc[0]}-{loc[1]}".replace("_", "-"))
-    return _FLAG_NAMES.get(loc[0], "--" + loc[0].replace("_", "-"))
+        return _FLAG_NAMES.get(".".join(loc[:2]))
+    if loc[0] in _SAME_NAME_FLAGS:
+        return "--" + loc[0].replace("_", "-")
+    return _FLAG_NAMES.get(loc[0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from autotune.limits import MAX_FACTOR
 from autotune.spec_errors import SpecError
 
 
@@ -50,9 +51,9 @@ def parse_relative(where: str, text: str) -> float:
         value = float(factor) if rest.startswith("*") else math.nan
     except ValueError:
         value = math.nan
-    if not value > 0:
+    if not 0 < value <= MAX_FACTOR:  # NaN and inf too: a factor of inf bounds nothing
         raise SpecError(
-            f"{where}: expected {RELATIVE_SYNTAX} with a factor > 0, e.g. "
+            f"{where}: expected {RELATIVE_SYNTAX} with a finite factor > 0, e.g. "
             "p99_tpot_ms=baseline*1.2 (at most 20% above the baseline's own value)"
         )
     return value

@@ -85,9 +85,12 @@ def plain_text(message: str) -> str:
 
 
 def shown(value: Any) -> str:
-    """A value as the user typed it: bare when it is one word, quoted otherwise."""
+    """A value as the user typed it: bare when it is one word, quoted otherwise (control
+    characters escaped); past 80 characters, its start and end."""
     text = str(value)
-    return text if text and re.fullmatch(r"[\w.:/+*=@-]+", text) else repr(value)
+    if not (text and re.fullmatch(r"[\w.:/+*=@-]+", text)):
+        text = repr(text)
+    return text if len(text) <= 80 else f"{text[:38]}...{text[-38:]}"
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

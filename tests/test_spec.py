@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import os
+import re
 from pathlib import Path
 
 import pytest
 
 from autotune.bench import RandomWorkload
-from autotune.spec import SpecError, TuneSpec, load_spec
-from autotune.spec_flags import parse_objectives, parse_pairs
+from autotune.spec import EngineSpec, SpecError, TuneSpec, load_spec
+from autotune.spec_file import SPEC_LIMIT
+from autotune.spec_flags import parse_objectives, parse_pairs, parse_slos
 
 SPEC_YAML = """\
 study: from-file
@@ -229,3 +233,161 @@ def test_default_storage_is_sqlite_beside_the_trials(
 def test_api_model_name() -> None:
     assert TuneSpec(study="s", model="/models/tiny").api_model_name == "tiny"
     assert TuneSpec(study="s", model="/m/tiny", served_model_name="x").api_model_name == "x"
+
+
+# The spec's numbers whose bound is not a schema maximum, each checked by its own validator
+# (the table below tries it): a rate may be `inf` (all at once), an SLO bound or factor is a
+# mapping's value, `parallel` may be `auto`.
+BOUNDED_BY_A_VALIDATOR = {
+    "LoadProfile.rate": "inf: all at once",
+    ".slos": "finite > 0",
+    ".relative_slos": "finite > 0",
+    ".parallel": "1 to MAX_PARALLEL, or auto",
+}
+
+
+def _numbers(node: object, path: str) -> list[tuple[str, dict]]:
+    """Every integer or number in a JSON schema, by the path of its property."""
+    found = []
+    if isinstance(node, dict):
+        if node.get("type") in ("integer", "number"):
+            found.append((path, node))
+        for key, value in node.items():
+            inner = path if key in ("anyOf", "additionalProperties", "properties") else key
+            found += _numbers(value, f"{path}.{inner}" if inner != path else path)
+    elif isinstance(node, list):
+        for value in node:
+            found += _numbers(value, path)
+    return found
+
+
+def test_every_number_of_the_spec_has_an_upper_bound() -> None:
+    # Issue 45, as a class: a number used before it is bounded (a seed past numpy's range,
+    # a timeout past a timer's, `.inf` anywhere) failed deep inside. A field added without a
+    # bound fails here.
+    schema = TuneSpec.model_json_schema()
+    numbers = _numbers(schema.get("$defs"), "") + _numbers(schema["properties"], "")
+    assert len(numbers) > 40
+    unbounded = sorted(
+        path.removeprefix(".").replace("properties.", "").replace(".properties", "")
+        for path, node in numbers
+        if "maximum" not in node and "exclusiveMaximum" not in node
+    )
+    assert unbounded == sorted(name.removeprefix(".") for name in BOUNDED_BY_A_VALIDATOR), unbounded
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"seed": 2**32}, "--seed 4294967296: expected a number <= 4294967295"),
+        ({"trials": 10**7}, "--trials 10000000: expected a number <= 1000000"),
+        ({"repeats": 101}, "--repeats 101: expected a number <= 100"),
+        ({"confirm": 10**9}, "--confirm 1000000000: expected a number <= 1000"),
+        ({"confirm_rounds": 101}, "--confirm-rounds 101: expected a number <= 100"),
+        ({"parallel": 10**6}, "--parallel 1000000: expected a number from 1 to 1024, or auto"),
+        ({"device_cost_per_hour": math.inf}, "--device-cost-per-hour inf: expected a number <="),
+        ({"min_agreement": math.nan}, "--min-agreement nan: expected a number <= 1"),
+        ({"load": {"rate": math.nan}}, "--rate nan: expected a number > 0"),
+        ({"load": {"rate": 1e7}}, "--rate 10000000.0: expected a number <= 1,000,000, or inf"),
+        ({"load": {"concurrency": 10**20}}, "--concurrency 100000000000000000000: expected a"),
+        ({"load": {"request_timeout_s": math.inf}}, "load.request_timeout_s: expected a number"),
+        ({"engine": {"startup_timeout_s": math.inf}}, "engine.startup_timeout_s: expected a"),
+        ({"engine": {"hang_timeout_s": 1e300}}, "engine.hang_timeout_s: expected a number <="),
+        ({"slos": {"p99_ttft_ms": math.inf}}, "SLO p99_ttft_ms=inf: a bound must be a finite"),
+        ({"relative_slos": {"p99_ttft_ms": math.inf}}, "--slo: SLO p99_ttft_ms=baseline*inf: a"),
+        ({"engine": {"options": {"max_num_seqs": 10**20}}}, "max_num_seqs: must be <= 2,147,"),
+        ({"engine": {"options": {"gpu_memory_utilization": math.inf}}}, "must be in (0, 1]"),
+        ({"engine": {"options": {"seed": 2**32}}}, "seed: must be <= 4,294,967,295"),
+        ({"workload": "random:prompts=1000001"}, "workload key 'prompts': expected a number <="),
+        (
+            {"workload": "random:input=1000,prompts=1000000"},
+            "1,064,002,128 tokens to generate, more than 100,000,000",
+        ),
+        ({"workload": "random:seed=-1"}, "workload key 'seed': expected a number >= 0"),
+        ({"workload": "trace:path=t.csv,rate_scale=inf"}, "workload key 'rate_scale': expected"),
+        ({"workload": "shared-prefix:prefix=99999999"}, "workload key 'prefix': expected a"),
+    ],
+    ids=lambda v: str(v)[:40] if isinstance(v, dict) else None,
+)
+def test_a_number_past_its_bound_is_refused_in_one_line(overrides: dict, expected: str) -> None:
+    message = spec_error(None, {"study": "s", "model": "m", **overrides})
+    assert expected in message, message
+
+
+def test_a_relative_slo_factor_that_is_not_finite_names_the_flag_typed() -> None:
+    # Issue 45: `--slo p99_ttft_ms=baseline*inf` named a flag that does not exist.
+    for text in ("baseline*inf", "baseline*nan", "baseline*1e400"):
+        with pytest.raises(SpecError) as info:
+            parse_slos([f"p99_ttft_ms={text}"])
+        assert str(info.value).startswith(f"--slo 'p99_ttft_ms={text}': expected baseline*FACTOR")
+        assert "with a finite factor > 0" in str(info.value)
+    given = {"study": "s", "model": "m", "relative_slos": {"p99_ttft_ms": -1}}
+    assert "--relative-slos" not in spec_error(None, given)
+
+
+def test_a_field_without_a_flag_is_named_by_its_field_not_by_a_made_up_flag() -> None:
+    # `worker` and `confirm` pass a stored spec as values: `--max-error-rate` and
+    # `--load-request-timeout-s` are no flags of autotune's.
+    given = {"study": "s", "model": "m", "max_error_rate": 2.0}
+    assert spec_error(None, given) == "max_error_rate: expected a number <= 1 (got 2.0)"
+    given = {"study": "s", "model": "m", "load": {"rate": 1, "request_timeout_s": math.inf}}
+    assert spec_error(None, given) == (
+        "load.request_timeout_s: expected a number <= 604800 (got inf)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"root": "a" * 256}, "has a name of 256 bytes"),
+        ({"root": "studies/a\0b"}, "holds a control character ('\\x00')"),
+        ({"root": "/".join(["d" * 200] * 21)}, "a path may be at most 4,095"),
+        ({"root": "{file}/sub"}, "is a file"),
+        ({"model": "./" + "m" * 300}, "--model"),
+        ({"model": "org/model\n"}, "holds a control character"),
+        ({"storage": f"sqlite:///{'s' * 256}/x.db"}, "has a name of 256 bytes"),
+        ({"storage": "sqlite:///{file}/x.db"}, "is a file"),
+        ({"study": "s" * 129}, "--study"),
+    ],
+    ids=[
+        *("root-name", "root-nul", "root-long", "root-under-a-file", "model-name"),
+        *("model-newline", "storage-name", "storage-under-a-file", "study-long"),
+    ],
+)
+def test_a_path_no_file_system_holds_is_refused_before_anything_is_made(
+    tmp_path: Path, overrides: dict, expected: str
+) -> None:
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    given = {k: v.replace("{file}", str(file)) for k, v in overrides.items()}
+    assert expected in spec_error(None, {"study": "s", "model": "m", **given})
+    assert sorted(tmp_path.iterdir()) == [file]
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda p: Path("/dev/zero"), "spec /dev/zero: not a regular file"),
+        (lambda p: (os.mkfifo(p / "fifo"), p / "fifo")[1], "fifo: not a regular file"),
+        (lambda p: _sparse(p / "big.yaml", SPEC_LIMIT + 1), "larger than 1 MiB"),
+        (lambda p: p, "is a folder, not a file"),
+    ],
+    ids=["device", "fifo", "too-large", "folder"],
+)
+def test_a_spec_file_is_read_within_a_bound(tmp_path: Path, make: object, expected: str) -> None:
+    # Issue 45: `--spec /dev/zero` grew until memory ran out.
+    assert expected in spec_error(make(tmp_path), {})  # type: ignore[operator]
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with path.open("wb") as out:
+        out.truncate(size)
+    return path
+
+
+def test_every_engine_limit_the_docs_name_is_a_spec_field() -> None:
+    # Issue 45: docs/failures.md named `engine.stop_timeout_s`, which the spec refuses.
+    root = Path(__file__).resolve().parents[1]
+    texts = [p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]]
+    named = {m for text in texts for m in re.findall(r"`engine\.(\w+_s)`", text)}
+    assert named and named <= set(EngineSpec.model_fields), named - set(EngineSpec.model_fields)

@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from autotune.bench._workload import RequestSpec, WorkloadError
+from autotune.limits import MAX_TOKENS
+from autotune.userfiles import MIB, UserFileError, read_user_text
 
+# The largest public prompt sets fit (ShareGPT V3's JSON list); a larger file would be held in
+# memory several times over as it is parsed.
+DATASET_LIMIT = 768 * MIB
 _HUMAN = ("human", "user")
 _GPT = ("gpt", "assistant", "chatgpt")
 
@@ -21,15 +26,9 @@ def read_dataset(path: Path, output: int | None) -> list[RequestSpec]:
     ShareGPT dumps hold many); any other malformed line is an error naming its line number.
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read dataset {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise WorkloadError(
-            f"{path}: line {line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); "
-            "a dataset is UTF-8 JSON"
-        ) from None
+        text = read_user_text(path, DATASET_LIMIT, "dataset")
+    except UserFileError as exc:
+        raise WorkloadError(str(exc)) from None
     items = _json_list(text, path) if text.lstrip().startswith("[") else _json_lines(text, path)
     specs = []
     for where, item in items:
@@ -70,8 +69,10 @@ def _entry(item: Any, output: int | None, where: str) -> RequestSpec | None:
     if not isinstance(prompt, str) or not prompt:
         raise WorkloadError(f"{where}: needs a non-empty 'prompt' string or 'conversations'")
     tokens = output if output is not None else item.get("output_tokens", item.get("max_tokens"))
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
-        raise WorkloadError(f"{where}: needs a positive integer 'output_tokens' (or 'max_tokens')")
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or not 1 <= tokens <= MAX_TOKENS:
+        raise WorkloadError(
+            f"{where}: needs a whole 'output_tokens' (or 'max_tokens') from 1 to {MAX_TOKENS:,}"
+        )
     return RequestSpec(prompt=prompt, max_tokens=tokens)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import random
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from autotune.limits import MAX_RATE, Requests, Seconds, Seed
 
 
 class LoadProfile(BaseModel):
@@ -19,12 +21,20 @@ class LoadProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rate: float | None = Field(default=None, gt=0, description="Poisson arrival rate, requests/s")
-    concurrency: int | None = Field(default=None, ge=1, description="Most requests in flight")
-    seed: int = Field(default=0, description="Seed of the arrival times' private RNG")
-    request_timeout_s: float = Field(default=300.0, gt=0, description="Limit for one request")
+    concurrency: Requests | None = Field(default=None, description="Most requests in flight")
+    seed: Seed = Field(default=0, description="Seed of the arrival times' private RNG")
+    request_timeout_s: Seconds = Field(default=300.0, description="Limit for one request")
     trace: bool = Field(
         default=False, description="Requests carry their own send times (a trace workload)"
     )
+
+    @field_validator("rate")
+    @classmethod
+    def _a_rate(cls, value: float | None) -> float | None:
+        """`inf` is a rate's own word (all at once); any other rate is finite and bounded."""
+        if value is not None and not math.isinf(value) and value > MAX_RATE:
+            raise ValueError(f"expected a number <= {MAX_RATE:,.0f}, or inf (all at once)")
+        return value
 
     @model_validator(mode="after")
     def _rate_or_concurrency(self) -> LoadProfile:

@@ -18,12 +18,17 @@ import csv
 import datetime as dt
 import io
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autotune.bench._workload import WorkloadError
+from autotune.limits import MAX_TOKENS
+from autotune.userfiles import MIB, UserFileError, read_user_text
 
+# A trace is read whole (public ones are a few MiB to a few hundred); a larger file is not one.
+TRACE_LIMIT = 768 * MIB
 _TIME_MS = ("timestamp", "TIMESTAMP")
 _INPUT = ("input_length", "input_tokens", "ContextTokens")
 _OUTPUT = ("output_length", "output_tokens", "GeneratedTokens")
@@ -40,9 +45,9 @@ class TraceRow:
 def read_trace(path: Path) -> list[TraceRow]:
     """Every row of a trace file, in time order; one-line errors naming the row."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read trace {path}: {exc.strerror or exc}") from None
+        text = read_user_text(path, TRACE_LIMIT, "trace")
+    except UserFileError as exc:
+        raise WorkloadError(str(exc)) from None
     if path.suffix.lower() == ".csv":
         items = [(f"row {n}", row) for n, row in enumerate(csv.DictReader(io.StringIO(text)), 2)]
     else:
@@ -94,8 +99,10 @@ def _count(item: dict[str, Any], names: tuple[str, ...], where: str) -> int:
     if name is None:
         raise WorkloadError(f"{where}: needs one of {', '.join(repr(n) for n in names)}")
     value = _number(item[name], name, where)
-    if value < 1 or value != int(value):
-        raise WorkloadError(f"{where}: {name} must be a whole number >= 1 (got {item[name]!r})")
+    if not 1 <= value <= MAX_TOKENS or value != int(value):
+        raise WorkloadError(
+            f"{where}: {name} must be a whole number from 1 to {MAX_TOKENS:,} (got {item[name]!r})"
+        )
     return int(value)
 
 
@@ -115,9 +122,12 @@ def _number(value: Any, name: str, where: str) -> float:
     if isinstance(value, bool):
         raise WorkloadError(f"{where}: {name} is not a number ({value!r})")
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         raise WorkloadError(f"{where}: {name} is not a number ({value!r})") from None
+    if not math.isfinite(number):  # a time or a count of inf or nan orders and counts nothing
+        raise WorkloadError(f"{where}: {name} is not a finite number ({value!r})")
+    return number
 
 
 def _is_number(text: str) -> bool:

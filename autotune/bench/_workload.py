@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from autotune.limits import MAX_WORKLOAD_TOKENS, Factor, Requests, Seed, Tokens, Warmup
 from autotune.wording import did_you_mean, plain_message
 
 
@@ -27,6 +28,15 @@ class RequestSpec:
     at_s: float | None = None
 
 
+def _check_generated(tokens: float) -> None:
+    """A generated workload is drawn in full before the first trial: bounded as a whole."""
+    if tokens > MAX_WORKLOAD_TOKENS:
+        raise ValueError(
+            f"{tokens:,.0f} tokens to generate, more than {MAX_WORKLOAD_TOKENS:,}: use fewer or "
+            "shorter prompts"
+        )
+
+
 class RandomWorkload(BaseModel):
     """Random prompts of (roughly) fixed input and output lengths.
 
@@ -38,20 +48,26 @@ class RandomWorkload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["random"] = "random"
-    input: int = Field(default=256, ge=1, description="Mean prompt length in tokens")
-    output: int = Field(default=64, ge=1, description="Mean output length in tokens")
-    prompts: int = Field(default=64, ge=1, description="Number of measured requests")
+    input: Tokens = Field(default=256, description="Mean prompt length in tokens")
+    output: Tokens = Field(default=64, description="Mean output length in tokens")
+    prompts: Requests = Field(default=64, description="Number of measured requests")
     input_spread: float = Field(
         default=0.0, ge=0.0, lt=1.0, description="Input lengths uniform in input*(1 +- spread)"
     )
     output_spread: float = Field(
         default=0.0, ge=0.0, lt=1.0, description="Output lengths uniform in output*(1 +- spread)"
     )
-    seed: int = Field(default=0, description="Seed of this workload's private RNG")
-    warmup: int = Field(default=2, ge=0, description="Warm-up requests, sent first, not measured")
+    seed: Seed = Field(default=0, description="Seed of this workload's private RNG")
+    warmup: Warmup = Field(default=2, description="Warm-up requests, sent first, not measured")
     prompt_format: Literal["text", "ids"] = Field(
         default="text", description="Send text (tokenized by the server) or token ids"
     )
+
+    @model_validator(mode="after")
+    def _generable(self) -> RandomWorkload:
+        each = self.input * (1 + self.input_spread) + self.output * (1 + self.output_spread)
+        _check_generated((self.prompts + self.warmup) * each)
+        return self
 
 
 class JsonlWorkload(BaseModel):
@@ -61,14 +77,14 @@ class JsonlWorkload(BaseModel):
 
     type: Literal["jsonl"] = "jsonl"
     path: Path = Field(description="JSONL file, or a ShareGPT JSON file holding one list")
-    prompts: int | None = Field(
-        default=None, ge=1, description="Measured requests (default: every entry once)"
+    prompts: Requests | None = Field(
+        default=None, description="Measured requests (default: every entry once)"
     )
-    output: int | None = Field(
-        default=None, ge=1, description="Output tokens of every request (overrides the file)"
+    output: Tokens | None = Field(
+        default=None, description="Output tokens of every request (overrides the file)"
     )
-    warmup: int = Field(default=2, ge=0, description="Warm-up requests, sent first, not measured")
-    seed: int = Field(default=0, description="Seed of the shuffle that orders the entries")
+    warmup: Warmup = Field(default=2, description="Warm-up requests, sent first, not measured")
+    seed: Seed = Field(default=0, description="Seed of the shuffle that orders the entries")
 
 
 class SharedPrefixWorkload(BaseModel):
@@ -83,16 +99,22 @@ class SharedPrefixWorkload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["shared-prefix"] = "shared-prefix"
-    groups: int = Field(default=8, ge=1, description="Distinct shared prefixes")
-    prefix: int = Field(default=512, ge=1, description="Tokens of each shared prefix")
-    input: int = Field(default=64, ge=1, description="Tokens of each request after its prefix")
-    output: int = Field(default=64, ge=1, description="Output tokens of each request")
-    prompts: int = Field(default=64, ge=1, description="Number of measured requests")
-    seed: int = Field(default=0, description="Seed of this workload's private RNG")
-    warmup: int = Field(default=2, ge=0, description="Warm-up requests, sent first, not measured")
+    groups: Requests = Field(default=8, description="Distinct shared prefixes")
+    prefix: Tokens = Field(default=512, description="Tokens of each shared prefix")
+    input: Tokens = Field(default=64, description="Tokens of each request after its prefix")
+    output: Tokens = Field(default=64, description="Output tokens of each request")
+    prompts: Requests = Field(default=64, description="Number of measured requests")
+    seed: Seed = Field(default=0, description="Seed of this workload's private RNG")
+    warmup: Warmup = Field(default=2, description="Warm-up requests, sent first, not measured")
     prompt_format: Literal["text", "ids"] = Field(
         default="text", description="Send text (tokenized by the server) or token ids"
     )
+
+    @model_validator(mode="after")
+    def _generable(self) -> SharedPrefixWorkload:
+        each = self.input + self.output
+        _check_generated((self.groups + 1) * self.prefix + (self.prompts + self.warmup) * each)
+        return self
 
 
 class TraceWorkload(BaseModel):
@@ -106,15 +128,13 @@ class TraceWorkload(BaseModel):
 
     type: Literal["trace"] = "trace"
     path: Path = Field(description="JSONL or CSV trace: timestamp, input/output lengths, hash_ids")
-    rate_scale: float = Field(
-        default=1.0, gt=0, description="Replay this many times faster than recorded"
+    rate_scale: Factor = Field(default=1.0, description="Replay this many times faster")
+    prompts: Requests | None = Field(
+        default=None, description="Measured requests: the trace's first N (default: all)"
     )
-    prompts: int | None = Field(
-        default=None, ge=1, description="Measured requests: the trace's first N (default: all)"
-    )
-    block: int = Field(default=512, ge=1, description="Tokens of one hash id's block")
-    seed: int = Field(default=0, description="Seed of the prompts' tokens")
-    warmup: int = Field(default=2, ge=0, description="Warm-up requests, sent first, not measured")
+    block: Tokens = Field(default=512, description="Tokens of one hash id's block")
+    seed: Seed = Field(default=0, description="Seed of the prompts' tokens")
+    warmup: Warmup = Field(default=2, description="Warm-up requests, sent first, not measured")
     prompt_format: Literal["text", "ids"] = Field(
         default="text", description="Send text (tokenized by the server) or token ids"
     )
@@ -172,7 +192,9 @@ def _one_line(exc: ValidationError) -> str:
     """The first validation error as `workload key 'input': <reason>`."""
     first = exc.errors()[0]
     loc = [str(part) for part in first["loc"] if part not in _TYPES]
-    key = ".".join(loc) or "?"
+    if not loc:  # the workload as a whole
+        return plain_message(first)
+    key = ".".join(loc)
     if first["type"] == "extra_forbidden":
         kind = next(model for name, model in _KINDS.items() if name in first["loc"])
         return f"unknown workload key {key!r}{did_you_mean(key, kind.model_fields)}"

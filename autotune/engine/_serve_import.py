@@ -21,7 +21,10 @@ import yaml
 
 from autotune.engine._args import logical_option
 from autotune.engine._options import normalize_option
+from autotune.userfiles import MIB, UserFileError, read_user_text
 
+# A script or config of a few lines; a larger file is not one (and `/dev/zero` never ends).
+SERVE_FILE_LIMIT = 1 * MIB
 SHORT_FLAGS = {
     "-tp": "tensor_parallel_size",
     "-pp": "pipeline_parallel_size",
@@ -75,13 +78,18 @@ class ServeCommand:
 
 def read_serve_file(path: Path) -> ServeCommand:
     """A `vllm serve` script (`.sh` or any text) or a `--config` YAML mapping."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ServeImportError(f"{path}: {exc.strerror or exc}") from None
+    text = _read(path)  # the caller names the file
     if path.suffix in (".yaml", ".yml"):
         return _from_mapping(_yaml_mapping(text, path), ServeCommand())
     return parse_serve_script(text, path.parent)
+
+
+def _read(path: Path, where: str | None = None) -> str:
+    """A script or config file, read with a bound on its size (`/dev/zero` never ends)."""
+    try:
+        return read_user_text(path, SERVE_FILE_LIMIT, "serve script or config")
+    except UserFileError as exc:
+        raise ServeImportError(f"{where}: {exc.reason}" if where else exc.reason) from None
 
 
 def parse_serve_script(text: str, base: Path = Path(".")) -> ServeCommand:
@@ -201,10 +209,7 @@ def _parse_args(args: list[str], result: ServeCommand, base: Path) -> None:
         else:
             options[key] = [_typed(v) for v in values]
     if config_file is not None:
-        try:
-            text = config_file.read_text()
-        except OSError as exc:
-            raise ServeImportError(f"--config {config_file}: {exc.strerror or exc}") from None
+        text = _read(config_file, f"--config {config_file}")
         _from_mapping(_yaml_mapping(text, config_file), result)
     _from_mapping(options, result)  # the command line overrides the file
 

@@ -18,6 +18,7 @@ import logging
 
 import optuna
 
+from autotune.limits import MAX_SEED
 from autotune.search._design import LatinStart
 from autotune.search._told import ToldSampler
 from autotune.spec import Objective, TuneSpec
@@ -53,7 +54,8 @@ def _gp_available() -> bool:
 def make_sampler(spec: TuneSpec, offset: int = 0) -> optuna.samplers.BaseSampler:
     """The spec's sampler, seeded with `spec.seed + offset` (a resumed study passes the number
     of trials it has, so that it does not propose its first configs again)."""
-    sampler = _base_sampler(spec, spec.seed + offset)
+    # Folded into numpy's seed range: a seed near its top plus a resumed study's offset.
+    sampler = _base_sampler(spec, (spec.seed + offset) % (MAX_SEED + 1))
     if isinstance(sampler, optuna.samplers.RandomSampler):
         return sampler  # it reads nothing of the study
     slos = [*spec.slos, *spec.relative_slos]  # a relative SLO is a constraint once fixed

@@ -59,6 +59,7 @@ from autotune.space import (
     SpaceError,
     load_space,
     restrict_to_host,
+    value_problem,
     with_vllm_defaults,
 )
 from autotune.spec import SpecError, TuneSpec
@@ -216,6 +217,9 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     space, baseline_note = on_this_host(space, facts, spec.scenario, dict(spec.engine.options))
     if spec.baseline:  # trial 0 is what the user runs today (`--baseline`), not vLLM's defaults
         baseline_note = None
+        for name, value in spec.baseline.items():  # before the study is made from them
+            if (problem := value_problem(space.parameters, name, value)) is not None:
+                raise SpecError(f"baseline.{name}: {problem}")
     _check_options(spec, space, facts)
     try:
         warmup, requests = build_requests(spec.workload, spec.model)

@@ -21,6 +21,25 @@ def test_rate_or_concurrency_required() -> None:
     assert LoadProfile(rate=2.0, concurrency=4).concurrency == 4
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"rate": math.nan},
+        {"rate": 1e7},
+        {"rate": -math.inf},
+        {"concurrency": 10**7},
+        {"rate": 1.0, "request_timeout_s": math.inf},
+        {"rate": 1.0, "request_timeout_s": 1e10},  # past a week (a timer overflows near 9e9)
+        {"rate": 1.0, "seed": 2**32},
+        {"rate": 1.0, "seed": -1},
+    ],
+)
+def test_a_number_past_its_bound_is_refused(fields: dict[str, float]) -> None:
+    # Issue 45; `rate: inf` stays a rate's own word for all at once (below).
+    with pytest.raises(ValidationError):
+        LoadProfile(**fields)
+
+
 def test_all_at_once_without_finite_rate() -> None:
     assert LoadProfile(concurrency=4).arrival_offsets(3) == [0.0, 0.0, 0.0]
     assert LoadProfile(rate=math.inf).arrival_offsets(2) == [0.0, 0.0]

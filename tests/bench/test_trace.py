@@ -57,6 +57,13 @@ def test_an_azure_style_csv_with_dates(tmp_path: Path) -> None:
         ({"timestamp": 0, "input_length": 0, "output_length": 1}, "input_length must be"),
         ({"timestamp": "soon", "input_length": 3, "output_length": 1}, "neither ms nor a date"),
         ({"timestamp": 0, "input_length": 3, "output_length": 1, "hash_ids": ["a"]}, "hash_ids"),
+        # Issue 45: a number from the file is bounded before a request is built from it.
+        ({"timestamp": 0, "input_length": "inf", "output_length": 1}, "not a finite number"),
+        ({"timestamp": 0, "input_length": "nan", "output_length": 1}, "not a finite number"),
+        ({"timestamp": "inf", "input_length": 3, "output_length": 1}, "not a finite number"),
+        ({"timestamp_s": "nan", "input_length": 3, "output_length": 1}, "not a finite number"),
+        ({"timestamp": 0, "input_length": 10**12, "output_length": 1}, "from 1 to 16,777,216"),
+        ({"timestamp": 0, "input_length": 3, "output_length": 1e30}, "from 1 to 16,777,216"),
     ],
 )
 def test_a_bad_row_is_one_line_naming_it(

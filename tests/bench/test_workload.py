@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,22 @@ def test_parse_defaults_and_dict_form() -> None:
         ("sharegpt:path=x", "'sharegpt'"),
         ("shared-prefix:group=3", "'group' (did you mean 'groups'?)"),
         ("shared-prefix:prefix=0", "'prefix'"),
+        # Issue 45: every count of the string bounded, every number finite.
+        ("random:prompts=1000001", "'prompts': expected a number <= 1000000"),
+        ("random:input=16777217", "'input': expected a number <= 16777216"),
+        ("random:output=99999999999999999999", "'output': expected a number <= 16777216"),
+        ("random:warmup=1000001", "'warmup': expected a number <= 1000000"),
+        ("random:seed=4294967296", "'seed': expected a number <= 4294967295"),
+        ("random:seed=-1", "'seed': expected a number >= 0"),
+        ("random:output_spread=nan", "'output_spread'"),
+        ("random:input=100000,prompts=1001", "100,364,192 tokens to generate, more than"),
+        ("shared-prefix:groups=1000001", "'groups': expected a number <= 1000000"),
+        ("shared-prefix:prefix=1000000,groups=100", "101,008,448 tokens to generate"),
+        ("jsonl:path=x,output=16777217", "'output': expected a number <= 16777216"),
+        ("jsonl:path=x,prompts=0", "'prompts': expected a number >= 1"),
+        ("trace:path=x,rate_scale=inf", "'rate_scale': expected a number <= 1e+06"),
+        ("trace:path=x,rate_scale=nan", "'rate_scale'"),
+        ("trace:path=x,block=16777217", "'block': expected a number <= 16777216"),
     ],
 )
 def test_parse_errors_name_the_key(text: str, needle: str) -> None:
@@ -193,6 +210,33 @@ def test_jsonl_cycles_and_is_seeded(tmp_path: Path) -> None:
     assert len(measured) == 12 and measured[:5] == measured[5:10]
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "trace"])
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda p: Path("/dev/zero"), "/dev/zero: not a regular file"),
+        (lambda p: (os.mkfifo(p / "fifo"), p / "fifo")[1], "fifo: not a regular file"),
+        (lambda p: _sparse(p / "big.jsonl", 768 * 1024 * 1024 + 1), "larger than 768 MiB"),
+        (lambda p: p / ("n" * 256), "has a name of 256 bytes"),
+    ],
+    ids=["device", "fifo", "too-large", "name-too-long"],
+)
+def test_a_prompt_or_trace_file_is_read_within_a_bound(
+    tmp_path: Path, model_dir: Path, kind: str, make: object, needle: str
+) -> None:
+    # Issue 45: a file from the user was read whole, whatever it was.
+    path = make(tmp_path)  # type: ignore[operator]
+    with pytest.raises(WorkloadError) as info:
+        build_requests(parse_workload({"type": kind, "path": path}), str(model_dir))
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with path.open("wb") as out:
+        out.truncate(size)  # no disk taken
+    return path
+
+
 def test_jsonl_errors(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match="cannot read dataset"):
         build_requests(JsonlWorkload(path=tmp_path / "missing.jsonl"), "x")
@@ -202,6 +246,9 @@ def test_jsonl_errors(tmp_path: Path) -> None:
         build_requests(JsonlWorkload(path=bad), "x")
     bad.write_text('{"prompt": "a"}\n')
     with pytest.raises(WorkloadError, match=r"line 1.*output_tokens"):
+        build_requests(JsonlWorkload(path=bad), "x")
+    bad.write_text('{"prompt": "a", "output_tokens": 100000000000}\n')
+    with pytest.raises(WorkloadError, match=r"line 1.*output_tokens.*from 1 to 16,777,216"):
         build_requests(JsonlWorkload(path=bad), "x")
     bad.write_bytes(
         b'{"prompt": "a", "output_tokens": 1}\n{"prompt": "hi \xff", "output_tokens": 1}\n'

@@ -114,6 +114,20 @@ def test_what_cannot_be_read_is_one_line(text: str, message: str) -> None:
     assert "\n" not in str(exc.value)
 
 
+def test_a_script_or_its_config_is_read_within_a_bound(tmp_path: Path) -> None:
+    # Issue 45: `--baseline /dev/zero` (or a `--config` naming it) was read until memory ran out.
+    with pytest.raises(ServeImportError, match=r"^not a regular file \(a device, a pipe"):
+        read_serve_file(Path("/dev/zero"))
+    script = tmp_path / "serve.sh"
+    script.write_text("vllm serve m --config /dev/zero\n")
+    with pytest.raises(ServeImportError, match=r"^--config /dev/zero: not a regular file"):
+        read_serve_file(script)
+    with script.open("wb") as big:
+        big.truncate(2 * 1024 * 1024)
+    with pytest.raises(ServeImportError, match=r"^larger than 1 MiB"):
+        read_serve_file(script)
+
+
 def test_a_missing_file_or_a_yaml_that_is_not_a_mapping(tmp_path: Path) -> None:
     with pytest.raises(ServeImportError, match="No such file"):
         read_serve_file(tmp_path / "none.sh")
