@@ -30,6 +30,7 @@ from autotune.bench import (
     check_workload,
     parse_workload,
 )
+from autotune.engine import DEFAULT_COMMAND
 from autotune.limits import (
     MAX_CONFIRM,
     MAX_FACTOR,
@@ -42,7 +43,7 @@ from autotune.limits import (
 )
 from autotune.spec_engine import EngineSpec
 from autotune.spec_errors import SpecError, describe_spec_error
-from autotune.spec_file import path_field_problem, read_spec_file
+from autotune.spec_file import OFFLINE_ENGINE_COMMAND, path_field_problem, read_spec_file
 from autotune.spec_flags import parse_relative
 from autotune.store import default_storage_url
 
@@ -290,6 +291,8 @@ class TuneSpec(BaseModel):
                 raise ValueError(f"{name} applies to online trials, not to an offline batch")
         if self.repeats > 1:
             raise ValueError("--repeats applies to online trials: an offline trial is one batch")
+        if self.engine.command != DEFAULT_COMMAND:  # refused, never ignored: see spec_file
+            raise ValueError(OFFLINE_ENGINE_COMMAND)
         if [(o.metric, o.direction) for o in self.objectives] == list(DEFAULT_OBJECTIVES):
             self._complete(
                 "objectives", [Objective(metric=m, direction=d) for m, d in OFFLINE_OBJECTIVES]

@@ -35,6 +35,17 @@ def read_spec_file(path: Path) -> dict[str, Any]:
     return data
 
 
+# An offline trial runs `engine.offline_command`: a batch program given `--config`, `--prompts`
+# and `--out` that writes its result file. A server command (`--engine-command`, given `--host`
+# and `--port`, serving HTTP until stopped) cannot be run in its place, so the combination is
+# refused rather than silently replaced by the local vLLM.
+OFFLINE_ENGINE_COMMAND = (
+    "--engine-command (engine.command) starts a server, which an offline trial does not run: "
+    "its batch program is engine.offline_command (given --config, --prompts and --out); set "
+    "that in the --spec file"
+)
+
+
 def path_field_problem(field: str, value: str | Path) -> str | None:
     """Why the spec's `root` (a folder), `model` (a path or a hub name) or `storage` (a URL;
     a SQLite file's path) cannot be used, before anything is made from it."""

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import one_error_line
 
+from autotune.engine import DEFAULT_COMMAND
 from autotune.spec import OFFLINE_OBJECTIVES, SpecError, load_spec
 from autotune.store import StudyStore
 
@@ -25,13 +27,22 @@ def offline_spec(tmp_path: Path) -> Path:
     return spec
 
 
+def offline_argv(tune_argv: TuneArgv, *more: str | Path) -> list[str | Path]:
+    """A `tune` command line without `--engine-command`: an offline study refuses it (its
+    batch program is the spec's `engine.offline_command`)."""
+    argv = tune_argv(*more)
+    at = argv.index("--engine-command")
+    return argv[:at] + argv[at + 2 :]
+
+
 def test_an_offline_study_scores_batches_by_tokens_per_second(
     tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object], monkeypatch
 ) -> None:
     monkeypatch.setenv("FAKE_OFFLINE_RSS_MB", "64")
     # Held for several of the sampler's 0.25 s polls, so that a loaded host does not miss it.
     monkeypatch.setenv("FAKE_OFFLINE_GENERATE_S", "1.0")
-    argv = tune_argv(
+    argv = offline_argv(
+        tune_argv,
         "off", "--scenario", "offline", "--trials", "3", "--spec", offline_spec(tmp_path),
         "--objective", "output_throughput:max", "--objective", "peak_memory_gib:min",
         "--search", "pareto",  # Optuna is told both objectives
@@ -61,8 +72,8 @@ def test_an_offline_oom_is_recorded_as_the_servers_is(
     tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object], monkeypatch
 ) -> None:
     monkeypatch.setenv("FAKE_OFFLINE_FAIL", "oom")
-    argv = tune_argv("oom", "--scenario", "offline", "--trials", "1",
-                     "--spec", offline_spec(tmp_path))  # fmt: skip
+    argv = offline_argv(tune_argv, "oom", "--scenario", "offline", "--trials", "1",
+                        "--spec", offline_spec(tmp_path))  # fmt: skip
     result = cli(*argv)
     # The baseline itself failed: the study stops and says why, the trial is kept.
     assert result.exit_code != 0
@@ -84,6 +95,20 @@ def test_an_offline_oom_is_recorded_as_the_servers_is(
 def test_what_an_offline_batch_cannot_do_is_one_error(fields: dict, message: str) -> None:
     with pytest.raises(SpecError, match=message):
         load_spec(None, {"study": "s", "model": "m", "scenario": "offline", **fields})
+
+
+def test_an_offline_study_refuses_a_server_command_rather_than_ignore_it(
+    tune_argv: TuneArgv, cli: Callable[..., object], tmp_path: Path
+) -> None:
+    # Issue 45: `--scenario offline --engine-command X` ran the local vLLM, X unread.
+    line = one_error_line(cli(*tune_argv("off", "--scenario", "offline")))  # type: ignore[arg-type]
+    assert "--engine-command (engine.command) starts a server" in line
+    assert "engine.offline_command" in line
+    assert not (tmp_path / "studies").exists()
+    # The default command (what a stored offline study holds) is no refusal.
+    spec = load_spec(None, {"study": "s", "model": "m", "scenario": "offline",
+                            "engine": {"command": DEFAULT_COMMAND}})  # fmt: skip
+    assert spec.engine.command == DEFAULT_COMMAND
 
 
 def test_offline_defaults_to_tokens_per_second_and_memory_is_offline_only() -> None:
