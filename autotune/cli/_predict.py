@@ -12,6 +12,7 @@ import yaml
 
 from autotune.cli._common import InputError, cli_errors, console, open_store
 from autotune.cli._table import Format
+from autotune.yamlfile import load_yaml
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
 RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
@@ -90,7 +91,7 @@ def _config(
     space, which may scale or rename it; else an engine option); and the names set that the
     model does not read."""
     from autotune.predict import MODELLED_OPTIONS, engine_options
-    from autotune.space import SpaceError, load_space
+    from autotune.space import SpaceError, load_space, option_range_problem, value_problem
 
     config = engine_options(base)
     space = None
@@ -102,15 +103,21 @@ def _config(
             space = None
     params = dict(params)
     raw: dict[str, Any] = {}
+    tuned = {p.name for p in space.parameters} if space is not None else set()
     for item in settings:
         name, sep, text = item.partition("=")
         if not sep or not name:
             raise InputError(f"--set {item!r}: expected NAME=VALUE")
-        value = yaml.safe_load(text)
-        if space is not None and name in space.distributions():
+        value = _value(item, text)
+        option = name.replace("-", "_")
+        if space is not None and name in tuned:  # the value is wrong, not the study's space
+            if (problem := value_problem(space.parameters, name, value)) is not None:
+                raise InputError(f"--set {item}: {problem}")
             params[name] = value
-        elif name.replace("-", "_") in MODELLED_OPTIONS or name.replace("-", "_") in config:
-            raw[name.replace("-", "_")] = value
+        elif option in MODELLED_OPTIONS or option in config:
+            if (problem := option_range_problem(option, value)) is not None:
+                raise InputError(f"--set {item}: {option} {problem}")
+            raw[option] = value
         else:
             raise InputError(
                 f"--set {name}: not a parameter of the study's space nor an engine option the "
@@ -122,6 +129,14 @@ def _config(
     ignored = [name for name in (s.partition("=")[0] for s in settings)
                if _option_of(space, name) not in MODELLED_OPTIONS]  # fmt: skip
     return config, ignored
+
+
+def _value(item: str, text: str) -> Any:
+    """A `--set` value, read as YAML (`64`, `true`, `fp8`)."""
+    try:
+        return load_yaml(text)
+    except yaml.YAMLError:
+        raise InputError(f"--set {item!r}: {text!r} is not a YAML value") from None
 
 
 def _option_of(space: Any, name: str) -> str | None:

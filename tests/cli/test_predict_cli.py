@@ -54,6 +54,15 @@ def test_predict_answers_a_what_if_with_an_interval(
     [
         (["--set", "bogus=1"], "--set bogus: not a parameter of the study's space"),
         (["--set", "max_num_seqs"], "expected NAME=VALUE"),
+        # Issue 45: the value is wrong, not the space file (which was named), and its range
+        # is said.
+        (
+            ["--set", "max_num_seqs=100000"],
+            "--set max_num_seqs=100000: 100000 is not a value of max_num_seqs, which is a whole "
+            "number from ",
+        ),
+        (["--set", "max_num_seqs=.inf"], "inf is not a value of max_num_seqs, which is a whole"),
+        (["--set", "max_num_seqs=["], "--set 'max_num_seqs=[': '[' is not a YAML value"),
     ],
 )
 def test_predict_bad_input_is_one_line(
@@ -64,6 +73,7 @@ def test_predict_bad_input_is_one_line(
     assert out.exit_code != 0
     assert message in out.output  # type: ignore[attr-defined]
     assert len(out.output.strip().splitlines()) == 1  # type: ignore[attr-defined]
+    assert ".yaml" not in out.output  # type: ignore[attr-defined]
 
 
 def test_show_puts_the_prediction_beside_the_measurement(
