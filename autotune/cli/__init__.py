@@ -9,7 +9,7 @@ import typer
 
 from autotune.cli import _spaces
 from autotune.cli._bench import bench
-from autotune.cli._common import InputError, cli_errors, console
+from autotune.cli._common import InputError, check_bounded, checked_folder, cli_errors, console
 from autotune.cli._dashboard import dashboard, report
 from autotune.cli._devices import devices
 from autotune.cli._doctor import doctor
@@ -22,6 +22,7 @@ from autotune.cli._studies import studies
 from autotune.cli._tune import confirm, tune, worker
 from autotune.cli._usage import run
 from autotune.cli._version import print_version
+from autotune.limits import MAX_SEED
 
 app = typer.Typer(
     name="autotune",
@@ -81,6 +82,8 @@ def make_tiny_model(
     from autotune.tinymodel import make_tiny_model as make
 
     with cli_errors():
+        check_bounded("--seed", seed, 0, MAX_SEED)
+        checked_folder("PATH", path)
         try:
             make(path, seed=seed, dtype=dtype)
         except ModelFolderError as exc:

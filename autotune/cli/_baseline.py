@@ -13,7 +13,7 @@ from typing import Any
 
 from autotune.cli._common import InputError
 from autotune.engine import ServeCommand, ServeImportError, read_serve_file
-from autotune.space import SpaceError, load_space
+from autotune.space import SpaceError, load_space, option_range_problem
 from autotune.spec import TuneSpec
 
 
@@ -33,6 +33,9 @@ def with_baseline(spec: TuneSpec, command: ServeCommand, path: Path) -> TuneSpec
     except SpaceError as exc:
         raise InputError(f"--baseline {path}: {exc}") from None
     options = {k: v for k, v in command.options.items() if k not in used_options}
+    for name, value in options.items():  # fixed for every trial: bounded as `--option` is
+        if (problem := option_range_problem(name, value)) is not None:
+            raise InputError(f"--baseline {path}: {name}: {problem}")
     env = {k: v for k, v in command.env.items() if k not in used_env}
     engine = spec.engine.model_copy(
         update={"options": {**options, **spec.engine.options}, "env": {**env, **spec.engine.env}}

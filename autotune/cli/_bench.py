@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,11 +33,14 @@ from autotune.bench import (
 from autotune.cli._common import (
     CommandFailed,
     InputError,
+    check_bounded,
+    checked_output,
     cli_errors,
     console,
     err_console,
     parse_load_client,
 )
+from autotune.limits import MAX_RATE, MAX_REQUESTS
 from autotune.spec_flags import parse_pairs
 from autotune.wording import did_you_mean
 
@@ -66,8 +70,10 @@ def bench(
             raise InputError("a trace sets its own arrivals: drop --rate (use rate_scale=N)")
         if rate is None and concurrency is None and not trace:
             raise InputError("give --rate R or --concurrency C (or both)")
-        if rate is not None and not rate > 0:
-            raise InputError(f"--rate {rate:g}: expected a number > 0")
+        if rate is not None and not math.isinf(rate):  # inf: all at once
+            check_bounded("--rate", rate, 0, MAX_RATE, low_open=True)
+        if concurrency is not None:
+            check_bounded("--concurrency", concurrency, 1, MAX_REQUESTS)
         client = parse_load_client(load_client)
         if client == "vllm-bench":
             try:
@@ -77,8 +83,8 @@ def bench(
                 raise InputError(str(exc)) from None
         slos = _slos(slo or [])
         for flag, path in (("--json", json_out), ("--records", records_out)):
-            if path is not None and path.is_dir():
-                raise InputError(f"{flag} {path}: is a folder; name a file to write")
+            if path is not None:
+                checked_output(flag, path)
         name = model or _served_model(url)
         warmup, requests = build_requests(load, model_path or name)
         profile = LoadProfile(rate=rate, concurrency=concurrency, trace=trace)
@@ -114,10 +120,12 @@ def check_url(url: str) -> None:
 
 def _slos(items: list[str]) -> dict[str, float]:
     slos = parse_pairs(items, "--slo")
-    for name in slos:
+    for name, bound in slos.items():
         if name not in METRIC_NAMES:
             hint = did_you_mean(name, METRIC_NAMES) or f" (known: {', '.join(METRIC_NAMES)})"
             raise InputError(f"--slo {name}: unknown metric{hint}")
+        if not 0 < bound < math.inf:  # NaN and inf too: they bound nothing
+            raise InputError(f"--slo {name}={bound:g}: a bound must be a finite number > 0")
     return slos
 
 

@@ -12,19 +12,25 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from autotune.bench import LOAD_CLIENTS, LoadClientError, LoadClientName, WorkloadError
+from autotune.limits import MAX_CONFIRM, MAX_ROUNDS, MAX_SECONDS, bounded_problem
 from autotune.selection import InfeasibleError, SelectionError
 from autotune.space import SpaceError
 from autotune.spec import SpecError
+from autotune.spec_file import storage_problem
 from autotune.store import (
     NoStudiesError,
     StorageError,
     StoreSettings,
     StudyStore,
     default_storage_url,
+    redact,
 )
 from autotune.study import StudyError, StudyMismatch
+from autotune.userfiles import folder_problem, output_problem, path_problem
+from autotune.wording import shown
 
 
 def _console(stderr: bool = False) -> Console:
@@ -86,6 +92,10 @@ def cli_errors() -> Iterator[None]:
         err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED) from None
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # a name the checks at the edge did not see
+            where = f": {escape(shown(exc.filename))}" if exc.filename else ""
+            err_console.print(f"[bold red]error:[/] {exc.strerror}{where}", soft_wrap=True)
+            raise typer.Exit(EXIT_INPUT) from None
         if exc.errno not in DISK_FAULTS:
             raise
         where = f": {exc.filename}" if exc.filename else ""
@@ -133,8 +143,54 @@ def setup_logging(verbose: bool) -> None:
 
 
 def storage_url(study: str, storage: str | None, root: Path) -> str:
-    """The URL a reading command uses: `--storage`, else `ROOT/STUDY/study.db`."""
-    return storage or default_storage_url(root, study)
+    """The URL a reading command uses: `--storage`, else `ROOT/STUDY/study.db`; InputError
+    for a path no file system holds, before anything is opened."""
+    checked_name("study", study)
+    if (problem := (path_problem if storage else folder_problem)(root)) is not None:
+        raise InputError(f"--root {shown(root)}: {problem}")  # trial folders lie under it
+    if storage:
+        if (problem := storage_problem(storage)) is not None:
+            raise InputError(f"--storage {shown(redact(storage))}: {problem}")
+        return storage
+    return default_storage_url(root, study)
+
+
+def check_confirm(top: int, rounds: int) -> None:
+    """`confirm --top K --rounds R`, bounded as the spec's `confirm` and `confirm_rounds`."""
+    check_bounded("--top", top, 1, MAX_CONFIRM)
+    check_bounded("--rounds", rounds, 1, MAX_ROUNDS)
+
+
+def checked_store(storage: str | None, root: Path, study: str | None = None) -> None:
+    """InputError for a `--storage`, `--root` or study name no file system holds (see
+    `storage_url`)."""
+    storage_url(study or "study", storage, root)
+
+
+def checked_name(flag: str, path: str | Path) -> None:
+    """InputError for a path (or a name that may be one) no file system holds."""
+    if (problem := path_problem(path)) is not None:
+        raise InputError(f"{flag} {shown(path)}: {problem}")
+
+
+def checked_folder(flag: str, path: Path) -> Path:
+    """`path`, a folder the user named; InputError when it cannot be one."""
+    if (problem := folder_problem(path)) is not None:
+        raise InputError(f"{flag} {shown(path)}: {problem}")
+    return path
+
+
+def checked_output(flag: str, path: Path) -> Path:
+    """`path`, a file to write that the user named; InputError when it cannot be one."""
+    if (problem := output_problem(path)) is not None:
+        raise InputError(f"{flag} {shown(path)}: {problem}")
+    return path
+
+
+def check_bounded(flag: str, value: float, low: float, high: float, low_open: bool = False) -> None:
+    """InputError `FLAG VALUE: expected ...` unless `low <= value <= high` (`low < value`)."""
+    if (problem := bounded_problem(value, low, high, low_open=low_open)) is not None:
+        raise InputError(f"{flag} {shown(value)}: {problem}")
 
 
 def open_store(study: str, storage: str | None, root: Path, read_only: bool = False) -> StudyStore:
@@ -177,4 +233,6 @@ def _seconds(name: str) -> float | None:
         seconds = -1.0
     if not seconds > 0:
         raise InputError(f"{name}={value!r}: expected a number of seconds > 0")
+    if seconds > MAX_SECONDS:  # inf too: a timer given it overflows
+        raise InputError(f"{name}={value!r}: expected at most {MAX_SECONDS:,.0f} seconds")
     return seconds

@@ -8,7 +8,15 @@ from urllib.parse import quote
 
 import typer
 
-from autotune.cli._common import InputError, cli_errors, console, err_console
+from autotune.cli._common import (
+    InputError,
+    checked_name,
+    checked_output,
+    checked_store,
+    cli_errors,
+    console,
+    err_console,
+)
 from autotune.dashboard import (
     BindError,
     Catalog,
@@ -30,6 +38,7 @@ HOST_ENV = "AUTOTUNE_DASHBOARD_HOST"
 
 def _catalog(root: Path, storage: str | None, study: str | None) -> Catalog:
     """The catalog, checked once: an unreadable store or an unknown study stops here."""
+    checked_store(storage, root, study)
     catalog = Catalog(root, storage, study)
     try:
         catalog.check(study)
@@ -112,8 +121,10 @@ def report(
 ) -> None:
     """Write the study's dashboard page as one self-contained HTML file (opens offline)."""
     with cli_errors():
+        checked_name("-o", output)
         if output.is_dir():
             raise InputError(f"-o {output}: is a folder; name the HTML file, e.g. -o report.html")
+        checked_output("-o", output)
         catalog = _catalog(root, storage, study)
         try:
             size = write_report(catalog, study, output)

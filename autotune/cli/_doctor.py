@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from autotune.cli._common import EXIT_FAILED, InputError, cli_errors, console, setup_logging
+from autotune.cli._common import (
+    EXIT_FAILED,
+    InputError,
+    checked_name,
+    checked_store,
+    cli_errors,
+    console,
+    setup_logging,
+)
 from autotune.devices import run_tool
 from autotune.doctor import Check, HostInputs, run_checks
 
@@ -32,6 +40,9 @@ def doctor(
     """Check that this host can tune: Python, vLLM, devices, ports, storage, model, leftovers."""
     with cli_errors():
         setup_logging(verbose)
+        checked_store(storage, root)
+        if model is not None:
+            checked_name("--model", model)
         host = HostInputs(
             root=SYSTEM_ROOT, run=run_tool, cpu_kvcache_space_gib=_kvcache_space_gib()
         )

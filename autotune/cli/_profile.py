@@ -13,6 +13,7 @@ from rich.table import Table
 from autotune import layout
 from autotune.cli._common import (
     InputError,
+    check_bounded,
     cli_errors,
     console,
     err_console,
@@ -23,6 +24,7 @@ from autotune.cli._common import (
 from autotune.cli._tune import check_model, sigterm_as_interrupt
 from autotune.engine import installed_vllm_version
 from autotune.export import choose_export
+from autotune.limits import MAX_REQUESTS
 from autotune.measure import ProfileError, ProfilePlan, profile_config
 from autotune.selection import InfeasibleError
 from autotune.spec import TuneSpec, load_spec
@@ -52,8 +54,7 @@ def profile(
     then K requests profiled; traces and summary.json go to ROOT/STUDY/profiles/trial-NNNN/."""
     setup_logging(verbose)
     with cli_errors():
-        if requests < 1:
-            raise InputError("--requests must be >= 1")
+        check_bounded("--requests", requests, 1, MAX_REQUESTS)
         store = open_store(study, storage, root)
         spec = _stored_spec(store, study, storage, root, engine_command)
         number = _chosen_trial(store, study, trial)

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._common import InputError, cli_errors, console, open_store
+from autotune.cli._common import InputError, check_bounded, cli_errors, console, open_store
+from autotune.limits import MAX_PARALLEL, MAX_PRICE, MAX_RATE, MAX_TRIALS
 from autotune.sizing import size_for
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
@@ -29,10 +30,12 @@ def size(
 ) -> None:
     """The fewest devices (tensor x pipeline parallel x replicas) that hold --rate."""
     with cli_errors():
-        if not rate > 0:
-            raise InputError(f"--rate {rate:g}: expected a number > 0")
-        if devices_per_host is not None and devices_per_host < 1:
-            raise InputError(f"--devices-per-host {devices_per_host}: expected a number >= 1")
+        check_bounded("--rate", rate, 0, MAX_RATE, low_open=True)
+        if devices_per_host is not None:
+            check_bounded("--devices-per-host", devices_per_host, 1, MAX_PARALLEL)
+        if device_cost_per_hour is not None:
+            check_bounded("--device-cost-per-hour", device_cost_per_hour, 0, MAX_PRICE, True)
+        check_bounded("--top", top, 1, MAX_TRIALS)
         store = open_store(study, storage, root)
         attrs = store.study_attrs(study)
         if attrs.get("capacity") is None:

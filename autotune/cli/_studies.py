@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from autotune.cli._common import InputError, cli_errors, console, err_console, store_settings
+from autotune.cli._common import (
+    InputError,
+    checked_store,
+    cli_errors,
+    console,
+    err_console,
+    store_settings,
+)
 from autotune.numbers import readable
 from autotune.store import StorageError, StudyStore, default_storage_url, redact
 from autotune.trial_data import StudySummary, study_summary
@@ -71,6 +78,7 @@ def studies(
     opened read-only: nothing is ever written, and a file that holds no study is skipped.
     """
     with cli_errors():
+        checked_store(storage, root)
         summaries, skipped = find_studies(root, storage)
         for line in skipped:
             err_console.print(line, soft_wrap=True, markup=False)

@@ -17,6 +17,7 @@ from autotune.cli._baseline import read_baseline, with_baseline
 from autotune.cli._common import (
     EXIT_INFEASIBLE,
     InputError,
+    check_confirm,
     cli_errors,
     console,
     err_console,
@@ -439,8 +440,7 @@ def confirm(
     a config wins only on a gain over the baseline whose 90% interval is above 0."""
     setup_logging(verbose)
     with cli_errors():
-        if top < 1 or rounds < 1:
-            raise InputError("--top and --rounds must be >= 1")
+        check_confirm(top, rounds)
         store = open_store(study, storage, root)
         running = [t.number for t in store.trials(study) if t.status == "running"]
         if running and not while_running:

@@ -55,6 +55,7 @@ FORBIDDEN = (
     "errors.pydantic.dev",
 )
 
+LONG = "n" * 256  # a name longer than any file system holds (255 bytes)
 # A valid `tune` of a new study, before the row's bad part (a later flag wins).
 TUNE = [
     "tune", "--study", "fresh", "--model", "{model}", "--space", "cpu-quick",
@@ -242,6 +243,71 @@ ROWS = [
     ),
     row("devices-bad-list", ["devices", "--devices", "x"], "--devices"),
     row("command-typo", ["tnue"], "'tnue' (did you mean 'tune'?)", process=True),
+    # Issue 45, by class: numbers bounded, floats finite, paths checked, files read bounded,
+    # look-alike values refused, and the messages say the truth; wherever each enters.
+    row("tune-seed-2**32", tune("--seed", "4294967296"), "--seed 4294967296", process=True),
+    row("tune-prompts-huge", tune("--workload", "random:prompts=99999999999"), "'prompts'"),
+    row("tune-slo-factor-inf", tune("--slo", "p99_ttft_ms=baseline*inf"), "--slo 'p99_ttft"),
+    row("tune-root-name-long", tune("--root", LONG), "--root", process=True),
+    row("tune-root-under-a-file", tune("--root", "files/neg.yaml/x"), "neg.yaml is a file"),
+    row("tune-spec-device", ["tune", "--spec", "/dev/zero"], "/dev/zero", process=True),
+    row("tune-spec-huge", ["tune", "--spec", "files/big.yaml"], "larger than 1 MiB"),
+    row("tune-offline-engine-command", tune("--scenario", "offline"), "--engine-command"),
+    row("spaces-bound-inf", ["spaces", "validate", "files/inf.yaml"], "expected a finite"),
+    row("spaces-choices-alike", ["spaces", "validate", "files/alike.yaml"], "are one value"),
+    row("spaces-device", ["spaces", "validate", "/dev/zero"], "/dev/zero: not a file"),
+    row("show-root-name-long", ["show", "s1", "--root", LONG], "--root", process=True),
+    row("show-study-name-long", ["show", LONG, "--root", "studies"], "study"),
+    row("logs-root-name-long", ["logs", "s1", "--root", LONG], "--root"),
+    row("predict-root-name-long", ["predict", "s1", "--root", LONG], "--root"),
+    row("confirm-root-name-long", ["confirm", "s1", "--root", LONG], "--root"),
+    row("studies-root-name-long", ["studies", "--root", LONG], "--root"),
+    row("profile-root-name-long", ["profile", "s1", "--root", LONG], "--root"),
+    row("doctor-root-name-long", ["doctor", "--root", LONG], "--root"),
+    row("dashboard-root-name-long", ["dashboard", "--root", LONG, "--port", "0"], "--root"),
+    row("report-root-name-long", ["report", "s1", "--root", LONG], "--root"),
+    row("report-output-name-long", ["report", "s1", "--root", "studies", "-o", LONG], "-o"),
+    row(
+        "worker-root-name-long",
+        ["worker", "--study", "s1", "--storage", "sqlite:///studies/s1/study.db", "--root", LONG],
+        "--root",
+    ),
+    row("size-root-name-long", ["size", "s1", "--rate", "1", "--root", LONG], "--root"),
+    row("size-rate-inf", ["size", "s1", "--rate", "inf", "--root", "studies"], "--rate inf"),
+    row("size-top-huge", ["size", "s1", "--rate", "1", "--top", "9" * 20], "--top 9999"),
+    row("confirm-top-huge", ["confirm", "s1", "--top", "9" * 12, "--root", "studies"], "--top"),
+    row("confirm-rounds-huge", ["confirm", "s1", "--rounds", "101"], "--rounds 101"),
+    row(
+        "predict-set-out-of-range",
+        ["predict", "s1", "--root", "studies", "--set", "max_num_seqs=100000"],
+        "100000 is not a value of max_num_seqs, which is a whole number from",
+    ),
+    row(
+        "bench-concurrency-huge",
+        ["bench", "--url", "http://127.0.0.1:9", "--workload", "random", "--concurrency", "9" * 12],
+        "--concurrency 999999999999",
+    ),
+    row(
+        "bench-rate-nan",
+        ["bench", "--url", "http://127.0.0.1:9", "--workload", "random", "--rate", "nan"],
+        "--rate nan",
+    ),
+    row(
+        "bench-json-name-long",
+        [
+            *("bench", "--url", "http://127.0.0.1:9", "--workload", "random"),
+            *("--concurrency", "1", "--json", LONG),
+        ],
+        "--json",
+    ),
+    row("tiny-model-seed-huge", ["make-tiny-model", "files/tm", "--seed", "9" * 20], "--seed"),
+    row("tiny-model-name-long", ["make-tiny-model", LONG], "PATH"),
+    row(
+        "heartbeat-env-inf",
+        ["show", "s1", "--root", "studies"],
+        "AUTOTUNE_HEARTBEAT_S='inf': expected at most 604,800 seconds",
+        env={"AUTOTUNE_HEARTBEAT_S": "inf"},
+    ),
 ]
 
 
@@ -261,6 +327,10 @@ BAD_FILES = {
     "trails.yaml": "study: t\nmodel: /nonexistent\ntrails: 3\n",
     "rate0.yaml": "study: t\nmodel: /nonexistent\nload: {rate: 0}\n",
     "corrupt.db": "this is not a database\n" * 200,
+    "inf.yaml": "parameters:\n  - {name: x, env: VLLM_X, type: float, low: 0.5, high: .inf,"
+    " baseline: 1}\n",
+    "alike.yaml": "parameters:\n  - {name: enforce_eager, type: categorical,"
+    " choices: [true, 'true'], baseline: true}\n",
 }
 
 
@@ -268,6 +338,8 @@ def _write_files(folder: Path) -> None:
     folder.mkdir()
     for name, text in BAD_FILES.items():
         (folder / name).write_text(text)
+    with (folder / "big.yaml").open("wb") as big:  # past every file's bound
+        big.truncate(2 * 1024 * 1024)
     with sqlite3.connect(folder / "foreign.db") as conn:  # another application's data
         conn.execute("CREATE TABLE notes (id INTEGER, body TEXT)")
         conn.execute("INSERT INTO notes VALUES (1, 'keep me')")

@@ -5,6 +5,7 @@ change what the load client asks for (`served_model_name`), on the fake engine."
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import subprocess
 import sys
@@ -14,9 +15,11 @@ from typing import TYPE_CHECKING
 
 import optuna
 import pytest
+import typer
 from support import one_error_line
 from typer.testing import Result
 
+from autotune.cli._common import cli_errors
 from autotune.spec import MAX_TRIALS
 from autotune.store import StudyStore, lowest_free
 
@@ -63,6 +66,54 @@ root: {root}
             ["--workload", "/data/prompts.jsonl"],
             "(a file of prompts: jsonl:path=/data/prompts.jsonl; a trace: trace:path=",
         ),
+        # Issue 45, by class. Numbers from the user, bounded where they enter.
+        (["--seed", "4294967296"], "--seed 4294967296: expected a number <= 4294967295"),
+        (["--concurrency", "10000000000"], "--concurrency 10000000000: expected a number <="),
+        (["--repeats", "1000000"], "--repeats 1000000: expected a number <= 100"),
+        (["--confirm", "99999999999"], "--confirm 99999999999: expected a number <= 1000"),
+        (["--confirm-rounds", "101"], "--confirm-rounds 101: expected a number <= 100"),
+        (["--parallel", "100000"], "--parallel 100000: expected a number from 1 to 1024, or"),
+        (["--workload", "random:prompts=99999999999"], "workload key 'prompts': expected a"),
+        (["--workload", "random:output=99999999999"], "workload key 'output': expected a"),
+        (["--workload", "random:seed=4294967296"], "workload key 'seed': expected a number <="),
+        (["--workload", "random:input=99999,prompts=99999"], "tokens to generate, more than"),
+        (["--option", "max_num_seqs=99999999999"], "max_num_seqs: must be <= 2,147,483,647"),
+        (["--option", "seed=4294967296"], "seed: must be <= 4,294,967,295"),
+        # Floats: finite, in range.
+        (["--rate", "nan"], "--rate nan: expected a number > 0"),
+        (["--rate", "1e9"], "--rate 1000000000.0: expected a number <= 1,000,000, or inf"),
+        (["--device-cost-per-hour", "inf"], "--device-cost-per-hour inf: expected a number <="),
+        (["--min-agreement", "nan"], "--min-agreement nan: expected a number <= 1"),
+        (["--slo", "p99_ttft_ms=nan"], "SLO p99_ttft_ms=nan: a bound must be a finite number"),
+        (
+            ["--slo", "p99_ttft_ms=baseline*inf"],
+            "--slo 'p99_ttft_ms=baseline*inf': expected baseline*FACTOR with a finite factor > 0",
+        ),
+        (["--option", "gpu_memory_utilization=.inf"], "must be in (0, 1] (got inf)"),
+        (["--space", "{inf_space}"], "parameters[0].high: expected a finite number"),
+        # Paths from the user, checked before anything is made.
+        (["--root", "{tmp}/" + "r" * 256], "--root "),
+        (["--root", "{tmp}/a\x01b"], "holds a control character ('\\x01')"),
+        (["--root", "{tmp}/" + "/".join(["d" * 200] * 21)], "a path may be at most 4,095"),
+        (["--root", "{spec}/studies"], "tune.yaml is a file"),
+        (["--storage", "sqlite:///{tmp}/" + "s" * 256 + "/x.db"], "has a name of 256 bytes"),
+        (["--model", "{tmp}/" + "m" * 256], "has a name of 256 bytes"),
+        (["--study", "s" * 200], "--study "),
+        (["--spec", "{tmp}/" + "n" * 256], "has a name of 256 bytes"),
+        # Files from the user, read with a bound.
+        (["--spec", "/dev/zero"], "spec /dev/zero: not a regular file"),
+        (["--spec", "{fifo}"], "fifo: not a regular file"),
+        (["--spec", "{big}"], "big.yaml: larger than 1 MiB, more than a spec can be"),
+        (["--space", "/dev/zero"], "/dev/zero: not a file"),
+        (["--space", "{big}"], "big.yaml: larger than 1 MiB"),
+        (["--baseline", "/dev/zero"], "--baseline /dev/zero: not a regular file (a device"),
+        (["--baseline", "{fifo}"], "fifo: not a regular file"),
+        (["--workload", "jsonl:path=/dev/zero"], "dataset /dev/zero: not a regular file"),
+        (["--workload", "jsonl:path={fifo}"], "fifo: not a regular file"),
+        # Values that look alike, taken as one.
+        (["--space", "{alike_space}"], '"true" and choices[0] true are one value to the engine'),
+        # Issue 45, item 5: the offline scenario refuses a server command, never ignores it.
+        (["--scenario", "offline"], "--engine-command (engine.command) starts a server"),
     ],
     ids=[
         "trials-huge",
@@ -74,6 +125,16 @@ root: {root}
         *("slo-inf", "spec-as-space", "space-as-spec"),
         "input-above-max-model-len",
         *("seed-negative", "option-unknown-to-vllm", "workload-a-path"),
+        *("seed-2**32", "concurrency-huge", "repeats-huge", "confirm-huge", "rounds-huge"),
+        *("parallel-huge", "prompts-huge", "output-huge", "workload-seed-huge"),
+        *("workload-tokens-huge", "option-count-huge", "option-seed-huge"),
+        *("rate-nan", "rate-huge", "cost-inf", "agreement-nan", "slo-nan", "slo-factor-inf"),
+        *("option-fraction-inf", "space-bound-inf"),
+        *("root-name-long", "root-control", "root-path-long", "root-under-a-file"),
+        *("storage-name-long", "model-name-long", "study-long", "spec-name-long"),
+        *("spec-device", "spec-fifo", "spec-huge", "space-device", "space-huge"),
+        *("baseline-device", "baseline-fifo", "dataset-device", "dataset-fifo"),
+        *("choices-alike", "offline-engine-command"),
     ],
 )
 def test_a_flag_that_failed_deep_inside_is_one_line(
@@ -82,9 +143,36 @@ def test_a_flag_that_failed_deep_inside_is_one_line(
     files = {"spec": tmp_path / "tune.yaml", "space": tmp_path / "space.yaml"}
     files["spec"].write_text("study: x\nmodel: m\n")
     files["space"].write_text("parameters:\n  - {name: max_num_seqs, type: int, low: 1, high: 8}\n")
+    files |= hostile_files(tmp_path / "files")
+    before = sorted(tmp_path.rglob("*"))
     line = one_error_line(cli(*tune_argv("hostile", *(f.format(**files) for f in flags))))
     assert names in line
     assert not (tmp_path / "studies").exists()
+    assert sorted(tmp_path.rglob("*")) == before  # nothing made anywhere
+
+
+def hostile_files(folder: Path) -> dict[str, Path]:
+    """Files no reader should take whole or as sense: a FIFO (opened, it blocks), a sparse
+    file past every bound (2 MiB, no disk), a space with an infinite bound and one with two
+    choices that look alike."""
+    folder.mkdir()
+    os.mkfifo(folder / "fifo")
+    with (folder / "big.yaml").open("wb") as big:
+        big.truncate(2 * 1024 * 1024)
+    (folder / "inf.yaml").write_text(
+        "parameters:\n  - {name: x, env: VLLM_X, type: float, low: 0.5, high: .inf, baseline: 1}\n"
+    )
+    (folder / "alike.yaml").write_text(
+        "parameters:\n  - {name: enforce_eager, type: categorical, choices: [true, 'true'],"
+        " baseline: true}\n"
+    )
+    return {
+        "tmp": folder.parent,
+        "fifo": folder / "fifo",
+        "big": folder / "big.yaml",
+        "inf_space": folder / "inf.yaml",
+        "alike_space": folder / "alike.yaml",
+    }
 
 
 @pytest.mark.parametrize(
@@ -100,10 +188,26 @@ def test_a_flag_that_failed_deep_inside_is_one_line(
             "served_model_name: a\nengine:\n  options: {served_model_name: b}\n",
             "served_model_name 'a' and the engine option served_model_name='b' differ",
         ),
+        # Issue 45: what a spec file gives is bounded as the flags are.
+        ("seed: 4294967296\n", "seed: expected a number <= 4294967295"),
+        ("engine: {startup_timeout_s: .inf}\n", "engine.startup_timeout_s: expected a number <="),
+        ("engine: {hang_timeout_s: .nan}\n", "engine.hang_timeout_s: expected a number"),
+        ("prune_margin: .inf\n", "prune_margin: expected a number <= 10"),
+        ("max_error_rate: .nan\n", "max_error_rate: expected a number"),
+        ("relative_slos: {p99_ttft_ms: .inf}\n", "p99_ttft_ms=baseline*inf: a factor must be"),
+        ("slos: {p99_ttft_ms: 'baseline*.inf'}\n", "slos.p99_ttft_ms: expected baseline*FACTOR"),
+        ("baseline: {max_num_seqs: .inf}\n", "baseline.max_num_seqs: inf is not a value of"),
+        ("baseline: {max_num_seqs: 99999999999}\n", "which is a whole number from"),
+        ('storage: "sqlite:///db\\0x"\n', "holds a control character ('\\x00')"),
+        ('warm_start: "x"\nspec_space: 1\n', "spec_space: unknown field"),
+        ("engine: {options: {max_model_len: 0}}\n", "max_model_len: must be >= 1 (got 0)"),
     ],
     ids=[
         *("trials-huge", "duplicate-key", "trials-yes", "option-mapping", "no-objectives"),
         *("option-on", "two-names"),
+        *("seed-2**32", "startup-inf", "hang-nan", "margin-inf"),
+        *("error-rate-nan", "factor-inf", "slo-factor-inf", "baseline-inf", "baseline-huge"),
+        *("storage-nul", "unknown-field", "option-zero"),
     ],
 )
 def test_a_spec_that_failed_deep_inside_is_one_line(
@@ -318,3 +422,15 @@ def test_a_full_disk_mid_study_is_one_line_and_keeps_every_measured_trial(
     again = cli(*tune_argv("full", "--trials", "3"))
     assert again.exit_code == 0, again.output
     assert len([t for t in store.trials("full") if t.measured]) == 3
+
+
+def test_a_name_too_long_that_passed_the_edge_is_still_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The edge checks every path it is given; a name it did not see is bad input all the same.
+    with pytest.raises(typer.Exit) as info, cli_errors():
+        raise OSError(errno.ENAMETOOLONG, "File name too long", "n" * 300 + "[bold]")
+    assert info.value.exit_code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: File name too long: 'nnn"), lines
+    assert lines[0].endswith("nnn[bold]'")  # not read as markup
