@@ -94,7 +94,8 @@ def test_the_studys_engine_without_profiler_endpoints_fails_cleanly(root: Path) 
     [
         (["nope"], "no study database"),
         (["s1", "--trial", "99"], "no trial 99 in study 's1'"),
-        (["s1", "--requests", "0"], "--requests must be >= 1"),
+        (["s1", "--requests", "0"], "--requests 0: expected a whole number >= 1 and <= 1000000"),
+        (["s1", "--requests", "9" * 20], "--requests 99999999999999999999: expected a whole"),
     ],
 )
 def test_bad_input_is_one_error_line(root: Path, args: list[str], message: str) -> None:
