@@ -34,13 +34,14 @@ fi
 
 # The dashboard's browser test drives Debian's chromium through playwright (a dev dependency;
 # never `playwright install`, which downloads browsers). Installed where this script can (root
-# with apt); elsewhere, or if the install fails, that one test is skipped with its reason.
+# with apt), where scripts/test.sh then requires it: a failed install fails that test there.
+# Elsewhere that one test is skipped with its reason.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing chromium (for the dashboard's browser test)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -qq chromium >/dev/null 2>&1 \
         || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
-        || echo "setup: warning: chromium could not be installed; the browser test will be skipped"
+        || echo "setup: warning: chromium could not be installed; the browser test will fail"
 fi
 
 # Repair 3 (AMX permission in every engine process) is this package's vLLM plugin, registered

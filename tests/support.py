@@ -63,18 +63,24 @@ def fake_settings(tmp_path: Path, **kwargs: Any) -> LaunchSettings:
 
 
 POSTGRES_ENV = "AUTOTUNE_TEST_POSTGRES_URL"
+# Set by scripts/test.sh, which starts the server: there a test without it fails, never skips.
+REQUIRE_POSTGRES = "AUTOTUNE_REQUIRE_POSTGRES"
 
 
 @contextmanager
 def fresh_postgres() -> Iterator[str]:
-    """The URL of a new, empty PostgreSQL database, dropped afterwards; skips the test when
-    no server is given (`scripts/postgres.sh start` prints the variable to set)."""
+    """The URL of a new, empty PostgreSQL database, dropped afterwards. Without a server given
+    (`scripts/postgres.sh start` prints the variable to set) the test skips, or fails where
+    `$REQUIRE_POSTGRES` is 1 (scripts/test.sh: CI must not pass on tests it did not run)."""
     import pytest
     from sqlalchemy import create_engine, text
 
     base = os.environ.get(POSTGRES_ENV)
     if not base:
-        pytest.skip(f"set {POSTGRES_ENV} to run against PostgreSQL")
+        message = f"set {POSTGRES_ENV} to run against PostgreSQL"
+        if os.environ.get(REQUIRE_POSTGRES) == "1":
+            pytest.fail(f"{message}: {REQUIRE_POSTGRES}=1 (scripts/test.sh) requires it")
+        pytest.skip(message)
     name = f"autotune_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:

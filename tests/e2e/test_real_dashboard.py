@@ -112,7 +112,11 @@ def test_browser_draws_the_study_page_and_the_offline_report(
     if not CHROMIUM.exists():
         message = "needs Debian's chromium at /usr/bin/chromium (scripts/setup.sh installs it)"
         pytest.fail(message) if required else pytest.skip(message)
-    sync_api = pytest.importorskip("playwright.sync_api")
+    if importlib.util.find_spec("playwright") is None:
+        message = "needs playwright (a dev dependency: scripts/setup.sh installs it)"
+        pytest.fail(message) if required else pytest.skip(message)
+    from playwright import sync_api
+
     started = time.monotonic()
     report = tmp_path / "report.html"
     argv = [*AUTOTUNE, "report", "e2e", "--root", str(study_root), "-o", str(report)]
