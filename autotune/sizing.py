@@ -2,9 +2,10 @@
 
 A capacity study (`--load capacity`) measures, per config, `capacity_rps`: the highest Poisson
 rate at which one engine of that config held every SLO (docs/metrics.md). Serving a rate R with
-that config takes `ceil(R / capacity)` replicas of `tensor_parallel_size x pipeline_parallel_size`
-devices each. `size_for` ranks the measured configs by the devices that takes (then by the
-capacity per device): the first is the fewest devices for R. Pure: records in, rows out.
+that config takes `ceil(R / capacity)` replicas of the devices one engine holds (TP x PP x PCP x
+DP: `EngineConfig.devices`) each. `size_for` ranks the measured configs by the devices that
+takes (then by the capacity per device): the first is the fewest devices for R. Pure: records
+in, rows out.
 """
 
 from __future__ import annotations

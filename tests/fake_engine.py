@@ -352,10 +352,26 @@ def sim_host(config: dict[str, Any]) -> Any:
         return None
     import sim_devices  # beside this file
 
+    world = int(config.get("tensor_parallel_size", 1)) * int(
+        config.get("pipeline_parallel_size", 1)
+    )
+    ranks = world * int(config.get("data_parallel_size", 1))
+    var = next(
+        (v for v in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES") if v in os.environ), ""
+    )
+    visible = os.environ.get(var, "")
+    if visible and len(visible.split(",")) < ranks:  # vLLM's words (v1/engine/utils.py, 0.32)
+        rank = len(visible.split(",")) // world
+        print(
+            f"Exception: Error computing device indices for {var}: local range: "
+            f'[{rank * world}, {(rank + 1) * world}) base value: "{visible}"',
+            file=sys.stderr,
+        )
+        sys.exit(1)
     error = sim_devices.allocate(
         Path(os.environ["SIM_DEVICES"]),
         dict(os.environ),
-        int(config.get("tensor_parallel_size", 1)),
+        ranks,  # each of DP ranks holds a TP x PP world of devices
         float(config.get("gpu_memory_utilization", 0.92)),
     )
     if error is not None:

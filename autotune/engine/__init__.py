@@ -19,7 +19,7 @@ from autotune.engine._ascend import (
     parse_ascend_version,
 )
 from autotune.engine._cleanup import unused_shm
-from autotune.engine._config import EngineConfig
+from autotune.engine._config import DEVICE_FACTORS, EngineConfig, devices_of
 from autotune.engine._facts import EngineFacts, parse_facts
 from autotune.engine._failures import (
     FATAL_OVERLAP,
@@ -96,6 +96,7 @@ __all__ = [
     "CUDAGRAPH_MODE_SINCE",
     "DEFAULT_COMMAND",
     "DEFAULT_OFFLINE_COMMAND",
+    "DEVICE_FACTORS",
     "FATAL_OVERLAP",
     "NO_STEP_MARKS",
     "PATTERNS",
@@ -124,6 +125,7 @@ __all__ = [
     "cli_flag",
     "config_file_mapping",
     "default_cores",
+    "devices_of",
     "engine_tuner",
     "env_file_text",
     "env_name_problem",

@@ -29,6 +29,10 @@ The boundaries come from vllm-ascend's release notes (docs/source/user_guide/rel
   is releases-v0.20.2rc, so the keys are accepted from 0.20.2rc1; an older release reads only
   the variable, and an unknown key of `additional_config` would be ignored there: the trial
   would measure the default while labelled with the knob.
+- `additional_config.eplb_config` (vllm-ascend's own EPLB: `dynamic_eplb`,
+  `num_redundant_experts`, ...): PR #5533 "Eplb Config Renaming" (2026-01-15) moved the keys
+  there from the top of `additional_config`; v0.14.0rc1 is the first release that has it. An
+  older release ignores the dict, so a trial would measure no EPLB labelled with it.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ ADDITIONAL_CONFIG_FROM_ENV: dict[str, str] = {
     "enable_transpose_kv_cache_by_block": "VLLM_ASCEND_FUSION_OP_TRANSPOSE_KV_CACHE_BY_BLOCK",
 }
 ADDITIONAL_SINCE = Version("0.20.2rc1")
+# additional_config dict -> the first vllm-ascend release that reads it.
+ADDITIONAL_DICT_SINCE: dict[str, Version] = {"eplb_config": Version("0.14.0rc1")}
 
 Problem = tuple[str, str]  # (dotted option path, message)
 
@@ -104,10 +110,19 @@ def ascend_option_problems(options: Mapping[str, Any], version: str | None) -> l
 
 
 def _migrated_key_problems(options: Mapping[str, Any], installed: Version) -> list[Problem]:
+    given = _dict_option(options, "additional_config")
+    problems = [
+        (
+            f"additional_config.{key}",
+            f"needs vllm-ascend >= {since} (installed: {installed}); older releases ignore it",
+        )
+        for key, since in ADDITIONAL_DICT_SINCE.items()
+        if key in given and installed < since
+    ]
     if installed >= ADDITIONAL_SINCE:
-        return []
-    keys = sorted(set(_dict_option(options, "additional_config")) & set(ADDITIONAL_CONFIG_FROM_ENV))
-    return [
+        return problems
+    keys = sorted(set(given) & set(ADDITIONAL_CONFIG_FROM_ENV))
+    return problems + [
         (
             f"additional_config.{key}",
             f"needs vllm-ascend >= {ADDITIONAL_SINCE} (installed: {installed}); this version "

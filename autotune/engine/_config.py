@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# The parallel sizes whose product is the number of devices an engine holds (vLLM 0.32's
+# `ParallelConfig`: world size = PP x TP x PCP, and each of DP ranks runs a world of its own,
+# `world_size_across_dp`). Decode context parallel is not among them: it reuses the TP ranks.
+DEVICE_FACTORS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "prefill_context_parallel_size",
+    "data_parallel_size",
+)
+
+
+def devices_of(options: Mapping[str, Any]) -> int:
+    """How many devices an engine of `options` holds: TP x PP x PCP x DP (1 where unset)."""
+    count = 1
+    for name in DEVICE_FACTORS:
+        count *= int(options.get(name) or 1)
+    return count
 
 
 class EngineConfig(BaseModel):
@@ -24,10 +43,8 @@ class EngineConfig(BaseModel):
 
     @property
     def devices(self) -> int:
-        """How many devices its engine uses: tensor x pipeline parallel."""
-        return int(self.args.get("tensor_parallel_size", 1)) * int(
-            self.args.get("pipeline_parallel_size", 1)
-        )
+        """How many devices its engine holds: TP x PP x PCP x DP (`devices_of`)."""
+        return devices_of(self.args)
 
     @property
     def api_model_name(self) -> str:

@@ -74,6 +74,9 @@ WHOLE_NUMBER_OPTIONS = frozenset(
         "tensor_parallel_size",
         "pipeline_parallel_size",
         "data_parallel_size",
+        "prefill_context_parallel_size",
+        "decode_context_parallel_size",
+        "api_server_count",
         "kv_cache_memory_bytes",
         "block_size",
         "max_cudagraph_capture_size",
@@ -83,7 +86,9 @@ WHOLE_NUMBER_OPTIONS = frozenset(
         "seed",
     }
 )
-NUMBER_OPTIONS = frozenset({"gpu_memory_utilization", "swap_space", "cpu_offload_gb"})
+NUMBER_OPTIONS = frozenset(
+    {"gpu_memory_utilization", "swap_space", "cpu_offload_gb", "kv_offloading_size"}
+)
 SWITCH_OPTIONS = frozenset(
     {
         "enforce_eager",
@@ -93,6 +98,7 @@ SWITCH_OPTIONS = frozenset(
         "disable_log_stats",
         "async_scheduling",
         "enable_expert_parallel",
+        "enable_eplb",
         "disable_custom_all_reduce",
     }
 )

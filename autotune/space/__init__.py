@@ -9,16 +9,26 @@ problems = check_constraints(options, ModelInfo.from_path(model), platform=space
 """
 
 from autotune.space._bounds import option_range_problem
-from autotune.space._constraints import ModelInfo, check_constraints, engine_default
+from autotune.space._constraints import check_constraints
 from autotune.space._errors import SpaceError
 from autotune.space._host import (
     FP8_CPU_FLAGS,
     HOST_RULES,
     HostFacts,
     host_problem,
+    restrict_to_command,
     restrict_to_host,
     with_vllm_defaults,
 )
+from autotune.space._layout import (
+    LAYOUT_LIMIT,
+    LAYOUT_OPTIONS,
+    is_layout,
+    layout_names,
+    layout_plan,
+    restrict_to_model,
+)
+from autotune.space._layout_rules import MOE_ONLY_OPTIONS
 from autotune.space._loader import list_spaces, load_space
 from autotune.space._memory import (
     MemoryEstimate,
@@ -42,12 +52,16 @@ from autotune.space._params import (
     Parameter,
     value_problem,
 )
+from autotune.space._setting import ModelInfo, engine_default
 from autotune.space._space import SearchSpace, env_string
 
 __all__ = [
     "CORES_PLACEHOLDER",
     "FP8_CPU_FLAGS",
     "HOST_RULES",
+    "LAYOUT_LIMIT",
+    "LAYOUT_OPTIONS",
+    "MOE_ONLY_OPTIONS",
     "BoolParam",
     "CategoricalParam",
     "FloatParam",
@@ -66,13 +80,18 @@ __all__ = [
     "env_string",
     "estimate_memory",
     "host_problem",
+    "is_layout",
+    "layout_names",
+    "layout_plan",
     "list_spaces",
     "load_space",
     "memory_order",
     "needs_at_least",
     "option_range_problem",
     "repair",
+    "restrict_to_command",
     "restrict_to_host",
+    "restrict_to_model",
     "value_problem",
     "weights_bytes",
     "with_vllm_defaults",

@@ -68,6 +68,9 @@ OPTION_RANGES: dict[str, OptionRange] = {
     "tensor_parallel_size": _COUNT,
     "pipeline_parallel_size": _COUNT,
     "data_parallel_size": _COUNT,
+    "prefill_context_parallel_size": _COUNT,
+    "decode_context_parallel_size": _COUNT,
+    "api_server_count": _COUNT,
     "max_cudagraph_capture_size": _COUNT,
     "max_num_partial_prefills": _COUNT,
     "max_long_partial_prefills": _COUNT,
@@ -75,6 +78,7 @@ OPTION_RANGES: dict[str, OptionRange] = {
     "gpu_memory_utilization": _FRACTION,
     "swap_space": _NON_NEGATIVE,
     "cpu_offload_gb": _NON_NEGATIVE,
+    "kv_offloading_size": _NON_NEGATIVE,
     "seed": _SEED,
 }
 

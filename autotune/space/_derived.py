@@ -36,7 +36,46 @@ def decode_batch(options: Mapping[str, Any]) -> int | None:
     return tokens
 
 
-DERIVED: dict[str, Callable[[Mapping[str, Any]], Any]] = {"decode_batch": decode_batch}
+def _drafts(options: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(K, the widest batch) of a config that drafts K tokens, else None."""
+    spec = options.get("speculative_config")
+    if not isinstance(spec, dict) or spec.get("method") is None:
+        return None
+    k = spec.get("num_speculative_tokens")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        return None
+    seqs = options.get("max_num_seqs")
+    widest = seqs if isinstance(seqs, int) and not isinstance(seqs, bool) else 1024
+    return k, widest
+
+
+def taper(options: Mapping[str, Any]) -> list[list[int]] | None:
+    """K per batch size, tapered: K draft tokens up to 8 sequences in a step, K/2 (at least 1)
+    up to 32, one beyond. As `speculative_config.num_speculative_tokens_per_batch_size` (vLLM
+    0.32's dynamic speculative decoding: `[start, end, K]` ranges from batch 1): a draft pays
+    where the GPU idles at a small batch, and costs verification compute at a large one."""
+    found = _drafts(options)
+    if found is None:
+        return None
+    k, widest = found
+    return [[1, 8, k], [9, 32, max(1, k // 2)], [33, max(33, widest), 1]]
+
+
+def small_batches(options: Mapping[str, Any]) -> list[list[int]] | None:
+    """K per batch size: K draft tokens up to 16 sequences in a step, none beyond (the engine
+    verifies nothing at a large batch)."""
+    found = _drafts(options)
+    if found is None:
+        return None
+    k, widest = found
+    return [[1, 16, k], [17, max(17, widest), 0]]
+
+
+DERIVED: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "decode_batch": decode_batch,
+    "taper": taper,
+    "small_batches": small_batches,
+}
 
 
 def resolve(options: dict[str, Any], path: tuple[str, ...], name: str) -> None:

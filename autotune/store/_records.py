@@ -39,12 +39,15 @@ MEASURED_AT = "measured_at"  # when its benchmark ended (epoch s); the drift rea
 REMEASURE_OF = "remeasure_of"  # the trial whose config a re-measure trial runs again
 PREDICTION = "prediction"  # the engine model's prediction, made before the trial ran
 REINGESTED = "reingested"  # recorded from its folder after the study's database was lost
+STAGE = "stage"  # a staged (MoE) study's stage the trial belongs to: STAGE_LAYOUT or _SCHEDULER
 
 ROLE_BASELINE = "baseline"
 ROLE_REPAIR = "repair"
 ROLE_WARM_START = "warm_start"  # a Pareto config of another study, run first
 ROLE_REMEASURE = "remeasure"  # a measured config run again (autotune.search._remeasure)
 WARM_FROM = "warm_from"  # "STUDY#N": where a warm-start trial's config comes from
+STAGE_LAYOUT = "layout"  # the layouts a MoE study runs first, scheduler knobs at the baseline
+STAGE_SCHEDULER = "scheduler"  # the rest, searched within the winning layout
 
 
 class TrialRecord(BaseModel):
@@ -55,6 +58,7 @@ class TrialRecord(BaseModel):
     status: str
     reason: str = ""
     role: str = ""
+    stage: str = ""  # a staged study's stage (STAGE_LAYOUT, STAGE_SCHEDULER); "" unstaged
     description: str = ""
     params: dict[str, Any] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
@@ -110,6 +114,7 @@ class TrialRecord(BaseModel):
             status=status,
             reason=attrs.get(REASON, ""),
             role=attrs.get(ROLE, ""),
+            stage=attrs.get(STAGE, ""),
             description=attrs.get(DESCRIPTION, ""),
             params=dict(trial.params),
             config=attrs.get(CONFIG, {}),

@@ -55,10 +55,14 @@ from autotune.host import cpu_flags
 from autotune.measure import Judge, Measure, Measurement, Workplan, measure
 from autotune.space import (
     HostFacts,
+    ModelInfo,
     SearchSpace,
     SpaceError,
+    layout_names,
     load_space,
+    restrict_to_command,
     restrict_to_host,
+    restrict_to_model,
     value_problem,
     with_vllm_defaults,
 )
@@ -109,6 +113,8 @@ class Harness:
     settings: LaunchSettings | None = None
     slo_bounds: InitVar[StudyBounds | None] = None  # the plan's (None: the spec's, a new one)
     baseline_note: str | None = None  # which vLLM defaults the baseline took (`vllm_default`)
+    # The layout parameters a MoE study decides first (`_stages.py`); empty: one stage.
+    layout: list[str] = field(default_factory=list)
     bounds: StudyBounds = field(init=False)  # the study's SLO bounds (`_slos`): the spec's, fixed
 
     def __post_init__(self, slo_bounds: StudyBounds | None) -> None:
@@ -215,6 +221,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     # selected, as read once for the pool), else the host's.
     facts = read_host_facts(space.platform, devices=pool.devices if pool is not None else None)
     space, baseline_note = on_this_host(space, facts, spec.scenario, dict(spec.engine.options))
+    space, model = for_this_model(space, spec)
     if spec.baseline:  # trial 0 is what the user runs today (`--baseline`), not vLLM's defaults
         baseline_note = None
         for name, value in spec.baseline.items():  # before the study is made from them
@@ -237,6 +244,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         deadline_s=spec.engine.benchmark_timeout_s,
         capacity=spec.capacity,
         repeats=spec.repeats,
+        precision=spec.precision,
         scenario=spec.scenario,
         rerun=functools.cache(partial(_rerun_requests, spec)),
         device_cost_per_hour=spec.device_cost_per_hour,
@@ -291,7 +299,23 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         settings=settings,
         slo_bounds=bounds,
         baseline_note=baseline_note,
+        layout=layout_names(space) if model is not None and model.is_moe else [],
     )
+
+
+def for_this_model(space: SearchSpace, spec: TuneSpec) -> tuple[SearchSpace, ModelInfo | None]:
+    """`space` without what the spec's model (a dense one: expert parallel, EPLB) and engine
+    command (the API-server module: `api_server_count`) cannot use, one line each; and the
+    model's numbers (None for a hub name)."""
+    try:
+        model = ModelInfo.from_path(spec.model)
+        space, notes = restrict_to_model(space, model)
+        space, more = restrict_to_command(space, spec.engine.command)
+    except SpaceError as exc:
+        raise SpecError(str(exc)) from None
+    for line in [*notes, *more]:
+        logger.warning("%s", line)
+    return space, model
 
 
 def _check_options(spec: TuneSpec, space: SearchSpace, host: HostFacts) -> None:

@@ -24,6 +24,7 @@ from autotune.store import StorageError, StoreSettings, StudyStore, default_stor
 from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness, model_ref
 from autotune.study._reingest import TrialFolder, check_reingest, reingest, used_folders
+from autotune.study._stages import baseline_attrs, queue_layouts, staged
 
 logger = logging.getLogger(__name__)
 
@@ -44,18 +45,19 @@ def open_study(
         check_warm_start(harness, store.settings)  # a bad --warm-start creates nothing
         folders = _foreign_folders(harness, store)
     directions = [o.direction for o in told_objectives(spec)]
-    study, created = store.create_or_load(spec.study, directions, make_sampler(spec))
+    sampler = staged(harness, make_sampler(spec))
+    study, created = store.create_or_load(spec.study, directions, sampler)
     if created:
         _initialize(harness, store, study, folders)
         if folders:  # the trials re-ingested: its sampler goes on from there, as on resume
-            study.sampler = make_sampler(spec, offset=max(folders) + 1)
+            study.sampler = staged(harness, make_sampler(spec, offset=max(folders) + 1))
     else:
         _check_same_experiment(harness, study)
         offset = len(study.get_trials(deepcopy=False))
         if join:
             # Workers that start together must not propose the same configs.
             offset += int(uuid.uuid4().int % 1_000_000)
-        study.sampler = make_sampler(spec, offset=offset)
+        study.sampler = staged(harness, make_sampler(spec, offset=offset))
     study.set_user_attr(SPEC_ATTR, _shared_spec(spec))
     return study, created
 
@@ -135,9 +137,10 @@ def _initialize(
     if not (folders and reingest(harness, store, study, folders).baseline):
         study.enqueue_trial(  # (a re-ingested failed baseline has its params: run it again)
             baseline_params(harness),
-            user_attrs={keys.ROLE: keys.ROLE_BASELINE},
+            user_attrs=baseline_attrs(harness),
             skip_if_exists=not folders,
         )
+        queue_layouts(harness, study, baseline_params(harness))  # a MoE study's first stage
     if spec.warm_start:
         _warm_start(harness, store, study, spec.warm_start)
 
@@ -203,7 +206,7 @@ def retry_failed_baseline(harness: Harness, study: optuna.Study) -> None:
     if baselines and not any(
         t.state in pending or t.user_attrs.get(keys.STATUS) == TrialStatus.OK for t in baselines
     ):
-        study.enqueue_trial(baseline_params(harness), user_attrs={keys.ROLE: keys.ROLE_BASELINE})
+        study.enqueue_trial(baseline_params(harness), user_attrs=baseline_attrs(harness))
 
 
 def _jsonable(value: dict[str, Any]) -> dict[str, Any]:

@@ -63,6 +63,10 @@ class Recorder:
         trial.set_user_attr(keys.CONFIG, to_yaml_dict(config))
         trial.set_user_attr(keys.ENV, config.env)
 
+    def stage(self, trial: Trial, stage: str) -> None:
+        """The stage of a staged (MoE) study the trial belongs to (`_stages.py`)."""
+        trial.set_user_attr(keys.STAGE, stage)
+
     def predicted(self, trial: Trial, prediction: dict[str, Any]) -> None:
         """The engine model's prediction of the trial, made now, before it is launched."""
         trial.set_user_attr(keys.PREDICTION, {**prediction, "at": time.time()})

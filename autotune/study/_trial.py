@@ -49,6 +49,7 @@ from autotune.study._record import Recorder
 from autotune.study._reingest import write_trial_record
 from autotune.study._room import Rooms
 from autotune.study._screen import SCREENED_ROLES, Screen, predict_on, screen_on
+from autotune.study._stages import stage_of
 from autotune.study._worker import worker_attr
 
 _ASK_LOCK = threading.Lock()  # one `study.ask` at a time in this process
@@ -138,6 +139,10 @@ class TrialRunner:
         config = self.harness.engine_config(params)
         description = self.harness.space.describe(params)
         self.recorder.proposed(trial, description, config)
+        stage = stage_of(self.harness, trial.user_attrs)
+        if stage is not None:
+            self.recorder.stage(trial, stage)
+            description = f"{description} [{stage} stage]"
         # One read of the study per proposal: the gate's twins, OOMs and learned rules, and
         # the finished trials the engine model is fitted to.
         trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
@@ -271,6 +276,8 @@ class TrialRunner:
         self.recorder.predicted(trial, prediction.stored())
         if not self.screen_on or trial.user_attrs.get(keys.ROLE, "") not in SCREENED_ROLES:
             return LAUNCH
+        if trial.user_attrs.get(keys.STAGE) == keys.STAGE_LAYOUT:
+            return LAUNCH  # the layout stage measures its layouts: that is what it is for
         verdict = self.screen.verdict(prediction, records, bounds)
         if verdict is None:
             return LAUNCH

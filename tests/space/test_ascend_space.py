@@ -62,15 +62,15 @@ def test_shipped_space_drops_a_graph_mode_the_installed_version_lacks(
     ascend_version("0.11.0")
     space = load_space("ascend")  # loads
     restricted, notes = restrict_to_host(space, HostFacts(ascend_version="0.11.0"))
-    graph = restricted.parameters[graph_mode_index()]
+    graph = next(p for p in restricted.parameters if p.name == "graph_mode")
     assert isinstance(graph, CategoricalParam) and graph.choices == [None, "FULL_DECODE_ONLY"]
     graph_line = (
-        "search space ascend: dropped graph_mode FULL before the study "
+        "search space ascend: dropped graph_mode FULL, FULL_AND_PIECEWISE before the study "
         "(compilation_config.cudagraph_mode: FULL needs vllm-ascend >= 0.12.0rc1 "
         "(installed: 0.11.0))"
     )
     assert graph_line in notes
-    _, newer = restrict_to_host(space, HostFacts(ascend_version="0.12.0rc1"))
+    _, newer = restrict_to_host(space, HostFacts(ascend_version="0.21.0rc1"))
     assert not [n for n in newer if "graph_mode" in n]  # every mode runs there
     _, unknown = restrict_to_host(space, HostFacts())  # no vllm-ascend here: no mode judged
     assert not [n for n in unknown if "graph_mode" in n]
@@ -221,6 +221,7 @@ def test_performance_env_knobs() -> None:
         "CPU_AFFINITY_CONF",
         "HCCL_OP_EXPANSION_MODE",
         "HCCL_BUFFSIZE",
+        "DYNAMIC_EPLB",  # set with dynamic EPLB only (vllm-ascend checks it)
     }
     _, env = space.to_engine(space.baseline_params())
     assert env == {"TASK_QUEUE_ENABLE": "1", "CPU_AFFINITY_CONF": "0"}  # "" = not set
