@@ -30,7 +30,7 @@ METHODS_WITH_A_DRAFT = ("eagle", "eagle3", "draft_model", "medusa", "mlp_specula
 # CUDA-graph modes with a piecewise part, which needs vLLM's own compilation (mode 3); under any
 # other mode VllmConfig drops that part ("Cudagraph mode %s is not compatible with compilation
 # mode %s. Overriding to %s.", `CUDAGraphMode.without_piecewise`).
-PIECEWISE_MODES = {"PIECEWISE": "NONE", "FULL_AND_PIECEWISE": "FULL"}
+PIECEWISE_MODES = {"PIECEWISE": "NONE", "FULL_AND_PIECEWISE": "FULL_DECODE_ONLY"}
 
 
 def _backend(s: Setting) -> str | None:

@@ -130,7 +130,8 @@ class ModelInfo(BaseModel):
         if data.get("head_dim") is None and isinstance(heads, int) and heads > 0:
             data["head_dim"] = data.get("hidden_size", 0) // heads
         data["num_experts"] = _first(data, _EXPERT_KEYS)
-        data["mtp_layers"] = _first(data, _MTP_KEYS) or 0
+        if "mtp_layers" not in data:
+            data["mtp_layers"] = _first(data, _MTP_KEYS) or 0
         return data
 
     @classmethod
