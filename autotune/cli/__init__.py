@@ -76,19 +76,36 @@ def make_tiny_model(
     dtype: Annotated[
         str, typer.Option(help="bfloat16 or float32 (one seed, one set of weights)")
     ] = "bfloat16",
+    arch: Annotated[
+        str, typer.Option(help="llama, or a mixture of experts: qwen3-moe or mixtral")
+    ] = "llama",
+    layers: Annotated[int, typer.Option(help="Decoder layers (1 for a draft model)")] = 4,
+    quantize: Annotated[
+        str | None, typer.Option(help="awq: the weights in AWQ 4-bit (llama only)")
+    ] = None,
 ) -> None:
-    """Write the tiny random-weight Llama (+ tokenizer) used by the demo and the tests."""
+    """Write a tiny random-weight model (+ tokenizer) for the demo and the tests: a Llama, a
+    mixture of experts, or an AWQ-quantized Llama; one seed, one tokenizer."""
     from autotune.tinymodel import ModelFolderError
     from autotune.tinymodel import make_tiny_model as make
+    from autotune.tinyquant import quantize_awq
 
     with cli_errors():
         check_bounded("--seed", seed, 0, MAX_SEED)
+        check_bounded("--layers", layers, 1, 64)
         checked_folder("PATH", path)
+        if quantize not in (None, "awq"):
+            raise InputError(f"--quantize {quantize}: the one format written here is awq")
+        if quantize is not None and arch != "llama":
+            raise InputError(f"--quantize {quantize}: only the llama tiny model")
         try:
-            make(path, seed=seed, dtype=dtype)
+            make(path, seed=seed, dtype=dtype, arch=arch, layers=layers)
+            if quantize == "awq":
+                quantize_awq(path)
         except ModelFolderError as exc:
             raise InputError(str(exc)) from None
-        console.print(f"wrote a tiny random-weight Llama to {path}")
+        what = f"AWQ 4-bit {arch}" if quantize else arch
+        console.print(f"wrote a tiny random-weight {what} model to {path}")
 
 
 def main() -> None:

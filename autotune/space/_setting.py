@@ -130,6 +130,8 @@ class ModelInfo(BaseModel):
         if data.get("head_dim") is None and isinstance(heads, int) and heads > 0:
             data["head_dim"] = data.get("hidden_size", 0) // heads
         data["num_experts"] = _first(data, _EXPERT_KEYS)
+        if data["num_experts"] and not data.get("moe_intermediate_size"):
+            data["moe_intermediate_size"] = data.get("intermediate_size")  # Mixtral's experts
         if "mtp_layers" not in data:
             data["mtp_layers"] = _first(data, _MTP_KEYS) or 0
         return data
