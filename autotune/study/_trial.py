@@ -142,7 +142,7 @@ class TrialRunner:
         stage = stage_of(self.harness, trial.user_attrs)
         if stage is not None:
             self.recorder.stage(trial, stage)
-            description = f"{description} [{stage} stage]"
+            description = f"{description} ({stage} stage)"
         # One read of the study per proposal: the gate's twins, OOMs and learned rules, and
         # the finished trials the engine model is fitted to.
         trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))

@@ -111,7 +111,7 @@ def test_the_layout_stage_runs_first_then_the_scheduler_within_the_winner(
     for config in host.calls:
         assert len(config.env["CUDA_VISIBLE_DEVICES"].split(",")) == devices_of(config.args)
     started = [e.description for e in events if isinstance(e, TrialStarted)]
-    assert started[0].endswith("[layout stage]") and started[-1].endswith("[scheduler stage]")
+    assert started[0].endswith("(layout stage)") and started[-1].endswith("(scheduler stage)")
 
 
 def test_a_dense_model_has_one_stage(
