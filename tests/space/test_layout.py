@@ -131,3 +131,39 @@ def test_shipped_gpu_spaces_plan_expert_parallel_layouts_on_eight_devices() -> N
         assert all(devices_of(space.to_engine(p)[0]) == 8 for p in plan), (
             name
         )  # a node deployed whole
+
+
+def test_a_model_is_not_offered_what_its_architecture_rules_out() -> None:
+    """MLA backends for a model without MLA (and the others for one with it), MTP drafts for a
+    checkpoint without MTP layers: dropped before the study, with the rule's words."""
+    space = load_space("cuda")
+    kept, notes = restrict_to_model(space, dense())
+    backends = next(p for p in kept.parameters if p.name == "attention_backend")
+    assert backends.choices == [None, "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]  # type: ignore[union-attr]
+    methods = next(p for p in kept.parameters if p.name == "speculative_method")
+    assert "mtp" not in methods.choices  # type: ignore[union-attr]
+    assert any("dropped speculative_method mtp" in n for n in notes)
+    deepseek = ModelInfo(
+        num_attention_heads=128,
+        hidden_size=7168,
+        num_hidden_layers=4,
+        kv_lora_rank=512,
+        num_experts=256,
+        mtp_layers=1,
+    )
+    kept, _ = restrict_to_model(space, deepseek)
+    backends = next(p for p in kept.parameters if p.name == "attention_backend")
+    assert backends.choices == [None, "FLASHMLA", "CUTLASS_MLA", "FLASHINFER_MLA", "TRITON_MLA"]  # type: ignore[union-attr]
+    assert "mtp" in next(p for p in kept.parameters if p.name == "speculative_method").choices  # type: ignore[union-attr]
+    assert "enable_expert_parallel" in kept.names
+
+
+def test_api_server_count_needs_vllm_serve() -> None:
+    from autotune.engine import DEFAULT_COMMAND
+    from autotune.space import restrict_to_command
+
+    space = load_space("cuda")
+    kept, notes = restrict_to_command(space, DEFAULT_COMMAND)
+    assert "api_server_count" not in kept.names and len(notes) == 1
+    assert "one API server whatever --api-server-count says" in notes[0]
+    assert restrict_to_command(space, "vllm serve") == (space, [])
