@@ -25,10 +25,12 @@ from autotune.bench import (
     CapacitySearch,
     LoadClientName,
     LoadProfile,
+    Precision,
     VllmBenchError,
     Workload,
     check_workload,
     parse_workload,
+    warmup_for,
 )
 from autotune.engine import DEFAULT_COMMAND
 from autotune.limits import (
@@ -224,6 +226,17 @@ class TuneSpec(BaseModel):
         "baseline in alternating rounds; the winner is picked by median minus spread",
     )
     confirm_rounds: int = Field(default=3, ge=1, le=MAX_ROUNDS, description="Confirm rounds")
+    precision: Precision | None = Field(
+        default_factory=Precision,
+        description="Each trial's run goes on, batch after batch on its engine, until it is "
+        "precise enough for its decision or a cap (docs/metrics.md); off (or null): one "
+        "batch (or `repeats`)",
+    )
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision_off(cls, value: Any) -> Any:
+        return None if value == "off" else value
 
     @model_validator(mode="before")
     @classmethod
@@ -297,6 +310,18 @@ class TuneSpec(BaseModel):
             self._complete(
                 "objectives", [Objective(metric=m, direction=d) for m, d in OFFLINE_OBJECTIVES]
             )
+        return self
+
+    @model_validator(mode="after")
+    def _warm_as_loaded(self) -> TuneSpec:
+        """A workload that does not set its warm-up warms the engine with as many requests as
+        the load keeps in flight (`warmup_for`); a capacity search, an offline batch and a
+        vllm-bench run measure one way each: no batches there."""
+        if "warmup" not in self.workload.model_fields_set and self.workload.type != "trace":
+            warm = warmup_for(self.load, self.workload.prompts or 0)
+            self._complete("workload", self.workload.model_copy(update={"warmup": warm}))
+        if self.precision is not None and (self.capacity is not None or self.scenario == "offline"):
+            self._complete("precision", None)
         return self
 
     @model_validator(mode="after")

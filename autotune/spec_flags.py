@@ -69,3 +69,24 @@ def parse_objectives(items: list[str]) -> list[dict[str, str]]:
             raise SpecError(f"--objective {item!r}: expected METRIC:max or METRIC:min")
         out.append({"metric": metric, "direction": full})
     return out
+
+
+def parse_precision(text: str) -> dict[str, float] | str:
+    """`--precision off` -> "off" (one batch per trial, or --repeats; the spec's `precision:
+    off`); `throughput=0.05,slo=0.1,max_s=240,max_batches=20` (any of them) -> the fields of
+    `bench.Precision`."""
+    if text.strip() == "off":
+        return "off"
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise SpecError(
+                f"--precision {text!r}: expected off, or KEY=NUMBER pairs of throughput, slo, "
+                "max_s, max_batches (e.g. throughput=0.05,max_s=120)"
+            )
+    return out

@@ -11,6 +11,7 @@
 # Every setting can be changed from the environment (the tests run this script on the fake
 # engine with a slow step, and on the real engine with a smaller workload):
 #   STUDY TRIALS CONFIRM ROUNDS MODEL ROOT SPACE WORKLOAD CONCURRENCY SEED ENGINE_COMMAND AUTOTUNE
+#   PRECISION
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
@@ -24,6 +25,7 @@ WORKLOAD=${WORKLOAD:-random:input=256,output=64,prompts=64}
 EXTRA=()
 if [ -n "${ENGINE_COMMAND:-}" ]; then EXTRA+=(--engine-command "$ENGINE_COMMAND"); fi
 if [ -n "${SEED:-}" ]; then EXTRA+=(--seed "$SEED"); fi
+if [ -n "${PRECISION:-}" ]; then EXTRA+=(--precision "$PRECISION"); fi
 
 [ -f "$MODEL/config.json" ] || "${AT[@]}" make-tiny-model "$MODEL"
 rc=0

@@ -46,7 +46,8 @@ def spec_error(path: Path | None, overrides: dict) -> str:
 def test_load_from_yaml(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, SPEC_YAML), {})
     assert spec.study == "from-file" and spec.trials == 5 and spec.space == "cpu-quick"
-    assert spec.workload == RandomWorkload(input=32, output=8, prompts=4)
+    # The warm-up the workload leaves unset: two seconds of its arrivals at 4 requests/s.
+    assert spec.workload == RandomWorkload(input=32, output=8, prompts=4, warmup=8)
     assert spec.load.rate == 4 and spec.load.request_timeout_s == 60
     assert spec.slos == {"p99_ttft_ms": 500.0}
     assert spec.engine.command == "{python} fake.py"

@@ -12,7 +12,7 @@ from autotune.bench._client import (
 )
 from autotune.bench._counters import EngineCounters, parse_counters, rates, with_rates
 from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
-from autotune.bench._load import LoadProfile
+from autotune.bench._load import LoadProfile, warmup_for
 from autotune.bench._metrics import (
     ENGINE_RATES,
     METRIC_NAMES,
@@ -24,10 +24,12 @@ from autotune.bench._metrics import (
     Summary,
     median_summary,
     percentile,
+    pooled_summary,
     spread,
     summarize,
     with_agreement,
     with_cost,
+    with_intervals,
 )
 from autotune.bench._percentiles import (
     MIN_ABOVE,
@@ -37,6 +39,7 @@ from autotune.bench._percentiles import (
     slo_percentile,
     thin_percentiles,
 )
+from autotune.bench._precision import Precision, sized
 from autotune.bench._records import RequestRecord, read_records, write_records
 from autotune.bench._requests import build_requests, longest_request
 from autotune.bench._run import run_benchmark
@@ -80,6 +83,7 @@ __all__ = [
     "LoadClientName",
     "LoadProfile",
     "OpenAICompletionsClient",
+    "Precision",
     "RandomWorkload",
     "RequestRecord",
     "RequestSpec",
@@ -108,15 +112,19 @@ __all__ = [
     "parse_workload",
     "percentile",
     "percentile_support",
+    "pooled_summary",
     "rates",
     "read_records",
     "run_benchmark",
+    "sized",
     "slo_percentile",
     "spread",
     "summarize",
     "thin_percentiles",
+    "warmup_for",
     "with_agreement",
     "with_cost",
+    "with_intervals",
     "with_rates",
     "write_records",
 ]

@@ -7,11 +7,21 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from autotune.bench._intervals import intervals_of
 from autotune.bench._records import RequestRecord
+from autotune.bench._steady import steady_counts
 
 STATS = ("mean", "p50", "p90", "p99")
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
-THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "goodput")
+# Rates over the run's steady window (bench/_steady.py; the whole run where it has none), and
+# the whole run's output rate beside them (ramp and drain included, as `vllm bench serve`).
+THROUGHPUTS = (
+    "output_throughput",
+    "total_throughput",
+    "request_throughput",
+    "goodput",
+    "run_output_throughput",
+)
 # Metrics that are rates (more is better; a slower host delivers less of them).
 RATES = frozenset({*THROUGHPUTS, "capacity_rps"})
 # Metrics in inverse proportion to a rate (a slower host makes them larger, as latencies).
@@ -74,6 +84,10 @@ class Summary(BaseModel):
     total_throughput: float
     request_throughput: float
     goodput: float
+    # The whole run's output rate (ramp and drain included); 0 in summaries stored before it.
+    run_output_throughput: float = 0.0
+    # Seconds of the steady window the rates are over (None: the whole run, it has none).
+    steady_s: float | None = None
     ttft_ms: Stats
     tpot_ms: Stats
     itl_ms: Stats
@@ -93,6 +107,8 @@ class Summary(BaseModel):
     # With --min-agreement: the greedy outputs' agreement with the baseline's (`with_agreement`).
     agreement_exact: float | None = None
     agreement_tokens: float | None = None
+    # How precisely the run measured each metric: its 90% interval (bench/_intervals.py).
+    intervals: dict[str, tuple[float, float]] | None = None
 
     def metric(self, name: str) -> float:
         """A metric by its flat name (see METRIC_NAMES), e.g. `p99_ttft_ms`."""
@@ -112,6 +128,12 @@ class Summary(BaseModel):
             return float(getattr(self, name))
         stat, latency, _ = name.split("_")
         return float(getattr(getattr(self, f"{latency}_ms"), stat))
+
+
+def with_intervals(summary: Summary, runs: Sequence[Sequence[RequestRecord]]) -> Summary:
+    """`summary` with the 90% interval of each metric its `runs` can bound."""
+    values = {name: summary.metric(name) for name in THROUGHPUTS}
+    return summary.model_copy(update={"intervals": intervals_of(runs, values)})
 
 
 def with_agreement(summary: Summary, exact: float, tokens: float) -> Summary:
@@ -162,16 +184,55 @@ def summarize(records: Sequence[RequestRecord], slos: Mapping[str, float] | None
     good = [record for record in records if record.ok]
     duration = _duration(records)
     output = sum(record.output_tokens for record in good)
-    prompt = sum(record.prompt_tokens for record in good)
-    meeting = sum(_meets(record, bounds) for record in good)
+    meets = [record.ok and _meets(record, bounds) for record in records]
+    steady = steady_counts(records, meets, duration)
     return Summary(
         completed=len(good),
         errors=len(records) - len(good),
         duration_s=duration,
-        output_throughput=_per_second(output, duration),
-        total_throughput=_per_second(prompt + output, duration),
-        request_throughput=_per_second(len(good), duration),
-        goodput=_per_second(meeting, duration),
+        output_throughput=_per_second(steady.output_tokens, steady.seconds),
+        total_throughput=_per_second(steady.prompt_tokens + steady.output_tokens, steady.seconds),
+        request_throughput=_per_second(steady.requests, steady.seconds),
+        goodput=_per_second(steady.good_requests, steady.seconds),
+        run_output_throughput=_per_second(output, duration),
+        steady_s=steady.seconds if steady.steady else None,
+        ttft_ms=stats_ms([r.ttft for r in good if r.ttft is not None]),
+        tpot_ms=stats_ms([r.tpot for r in good if r.tpot is not None]),
+        itl_ms=stats_ms([gap for r in good for gap in r.itl]),
+        e2e_ms=stats_ms([r.e2e for r in good]),
+    )
+
+
+def pooled_summary(
+    runs: Sequence[Sequence[RequestRecord]], slos: Mapping[str, float] | None = None
+) -> Summary:
+    """The summary of the batches of one run on one engine, their requests pooled: latency
+    statistics over every request; rates over the batches' steady windows together (each
+    batch's tokens in its window, over the windows' seconds); the whole-run rate over the
+    batches' durations (the pauses between them left out)."""
+    if len(runs) == 1:
+        return summarize(runs[0], slos)
+    bounds = _latency_bounds(slos or {})
+    records = [r for batch in runs for r in batch]
+    good = [r for r in records if r.ok]
+    counts = [
+        steady_counts(batch, [r.ok and _meets(r, bounds) for r in batch], _duration(batch))
+        for batch in runs
+    ]
+    seconds = sum(c.seconds for c in counts)
+    output = sum(c.output_tokens for c in counts)
+    duration = sum(_duration(batch) for batch in runs)
+    steady = [c.seconds for c in counts if c.steady]
+    return Summary(
+        completed=len(good),
+        errors=len(records) - len(good),
+        duration_s=duration,
+        output_throughput=_per_second(output, seconds),
+        total_throughput=_per_second(output + sum(c.prompt_tokens for c in counts), seconds),
+        request_throughput=_per_second(sum(c.requests for c in counts), seconds),
+        goodput=_per_second(sum(c.good_requests for c in counts), seconds),
+        run_output_throughput=_per_second(sum(r.output_tokens for r in good), duration),
+        steady_s=sum(steady) if steady else None,
         ttft_ms=stats_ms([r.ttft for r in good if r.ttft is not None]),
         tpot_ms=stats_ms([r.tpot for r in good if r.tpot is not None]),
         itl_ms=stats_ms([gap for r in good for gap in r.itl]),
@@ -235,6 +296,7 @@ def median_summary(summaries: Sequence[Summary]) -> Summary:
         "completed": round(med([s.completed for s in summaries])),
         "errors": round(med([s.errors for s in summaries])),
         "duration_s": med([s.duration_s for s in summaries]),
+        "steady_s": None,
         **{name: med([getattr(s, name) for s in summaries]) for name in THROUGHPUTS},
         **stats,
         "capacity_rps": med(capacities) if capacities else None,

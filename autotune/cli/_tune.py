@@ -23,7 +23,6 @@ from autotune.cli._common import (
     err_console,
     open_store,
     open_tuning_store,
-    parse_load_client,
     setup_logging,
     store_settings,
     worker_host,
@@ -35,11 +34,11 @@ from autotune.cli._render import (
     print_infeasible,
     print_summary,
 )
+from autotune.cli._tune_flags import parse_parallel, tune_overrides
 from autotune.devices import DevicePool, format_device_list
 from autotune.engine import DEFAULT_COMMAND
 from autotune.measure import Measurement
 from autotune.spec import TuneSpec, load_spec
-from autotune.spec_flags import parse_objectives, parse_slos
 from autotune.store import StudyStore, redact
 from autotune.study import (
     SPEC_ATTR,
@@ -192,8 +191,14 @@ def tune(
         ),
     ] = None,
     repeats: Annotated[
-        int | None,
-        typer.Option(help="Benchmark runs per trial on its engine; objectives are medians"),
+        int | None, typer.Option(help="Batches per trial on its engine, at least (pooled)")
+    ] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option(
+            help="Each run goes on until precise: off, or throughput=0.05,slo=0.1,"
+            "max_s=240,max_batches=20 (docs/metrics.md)"
+        ),
     ] = None,
     min_agreement: Annotated[
         float | None,
@@ -232,7 +237,7 @@ def tune(
     """Tune a vLLM server: search the space, measure every trial, keep the Pareto front."""
     setup_logging(verbose)
     with cli_errors():
-        overrides = _overrides(locals())
+        overrides = tune_overrides(locals())
         imported = read_baseline(baseline) if baseline is not None else None
         defaults = {"model": imported.model} if imported and imported.model else {}
         tune_spec = load_spec(spec, overrides, defaults)
@@ -273,76 +278,6 @@ def worker(
         tune_spec = load_spec(None, {**shared, **local})
         check_model(tune_spec.model)
         run_tune(tune_spec, join=True)
-
-
-def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
-    """Flag values as spec fields (None: not given, so the spec file's value stays)."""
-    out: dict[str, Any] = {
-        key: flags[key]
-        for key in ("study", "model", "space", "workload", "trials", "storage", "root")
-        if flags[key] is not None
-    }
-    for key in (
-        *("search", "sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
-        *("repeats", "prune", "confirm", "confirm_rounds", "scenario", "remeasure", "screen"),
-        *("device_cost_per_hour", "reingest", "min_agreement"),
-    ):
-        if flags[key] is not None:
-            out[key] = flags[key]
-    if flags["load_client"] is not None:
-        out["load_client"] = parse_load_client(flags["load_client"])
-    if flags["load"] is not None:
-        if flags["load"] not in ("fixed", "capacity"):
-            raise InputError(f"--load {flags['load']!r}: expected fixed or capacity")
-        out["capacity"] = {} if flags["load"] == "capacity" else None
-    if flags["parallel"] is not None:
-        out["parallel"] = parse_parallel(flags["parallel"])
-    if flags["rate"] is not None or flags["concurrency"] is not None:
-        out["load"] = {"rate": flags["rate"], "concurrency": flags["concurrency"]}
-    if flags["slo"]:
-        out["slos"], out["relative_slos"] = parse_slos(flags["slo"])
-    if flags["objective"]:
-        out["objectives"] = parse_objectives(flags["objective"])
-    engine: dict[str, Any] = {}
-    if flags["engine_command"] is not None:
-        engine["command"] = flags["engine_command"]
-    if flags["option"]:
-        engine["options"] = _options(flags["option"])
-    if engine:
-        out["engine"] = engine
-    if "study" not in out and flags["spec"] is None:
-        raise InputError("--study NAME is required")
-    return out
-
-
-def parse_parallel(value: str) -> int | str:
-    """`--parallel`: a number >= 1 or `auto`."""
-    if value == "auto":
-        return value
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise InputError(f"--parallel {value!r}: expected a number >= 1 or auto")
-    return number
-
-
-def _options(items: list[str]) -> dict[str, Any]:
-    import yaml
-
-    from autotune.yamlfile import load_yaml
-
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InputError(f"--option {item!r}: expected KEY=VALUE, e.g. max_model_len=1024")
-        try:
-            out[key] = load_yaml(value)
-        except yaml.YAMLError:
-            raise InputError(f"--option {item!r}: {value!r} is not a YAML value") from None
-    return out
 
 
 def check_model(model: str) -> None:

@@ -28,16 +28,18 @@ from autotune.bench import (
     LoadClientError,
     LoadClientName,
     LoadProfile,
+    Precision,
     RequestRecord,
     RequestSpec,
     Summary,
     Timekeeping,
-    median_summary,
+    pooled_summary,
     read_records,
     spread,
     summarize,
     with_agreement,
     with_cost,
+    with_intervals,
     with_rates,
     write_records,
 )
@@ -81,7 +83,11 @@ class Workplan:
     hang_s: float | None = 120.0
     deadline_s: float | None = 1800.0
     capacity: CapacitySearch | None = None  # search the highest rate within the SLOs
-    repeats: int = 1  # benchmark runs per trial on its one engine; objectives are their medians
+    # Batches of the workload per trial on its one engine, at least (their requests pooled).
+    repeats: int = 1
+    # How far a trial's run goes for the precision its decision needs (bench/_precision.py);
+    # None: `repeats` batches.
+    precision: Precision | None = None
     scenario: str = "online"  # offline: the requests as one `vllm.LLM.generate` batch
     # The requests of the k-th run (k >= 1) on one engine (repeats, capacity levels): other
     # prompts of the same workload, so that the engine's prefix cache, filled by the run before,
@@ -205,6 +211,7 @@ def measure(
                         summaries = [summarize(r, plan.slos) for r in done.runs]
                         result.spread = _finite(spread(summaries))
                         result.engine.repeats = len(done.runs)
+                    result.engine.sized = runner.sized
                     result.engine.capacity = done.capacity
                     _cost(result, config, plan)
                     result.summary = summary_of(result, plan.slos)
@@ -402,14 +409,17 @@ def _saved_runs(trial_dir: Path, m: Measurement) -> list[list[RequestRecord]]:
 
 def summary_of(m: Measurement, slos: Mapping[str, float]) -> Summary:
     """The trial's summary, the one place it is made: its runs' records summarized within
-    `slos` (the median over repeated runs), then what its engine facts add: the capacity
+    `slos` (a run's batches pooled, `pooled_summary`), with each metric's 90% interval (not
+    for a capacity search, whose levels ran at different rates), then what its engine facts
+    add: the capacity
     search's rate, the offline batch's peak memory, the rates of the engine's counters, the
     cost per million tokens. `measure` and `load_measurement` (a folder read back) both end
     here; so does `resummarized`, for bounds fixed after the run."""
-    summaries = [summarize(records, slos) for records in m.runs] or [summarize([], slos)]
-    summary = summaries[0] if len(summaries) == 1 else median_summary(summaries)
+    summary = pooled_summary(m.runs or [[]], slos)
     if m.engine.capacity is not None:
         summary = _with_capacity(summary, m.engine.capacity)
+    elif m.runs:
+        summary = with_intervals(summary, m.runs)
     summary = with_counters(_with_peak(summary, m.engine), m.engine)
     if m.engine.cost is not None:
         summary = with_cost(summary, m.engine.cost.per_device_hour, m.engine.cost.devices)

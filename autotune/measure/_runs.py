@@ -27,6 +27,7 @@ from autotune.bench import (
     Summary,
     find_capacity,
     run_benchmark,
+    sized,
     summarize,
     write_records,
 )
@@ -83,17 +84,19 @@ class Runner:
         self.url, self.model, self.plan, self.guard = url, model, plan, guard
         self.trial_dir, self.before_measured = trial_dir, before_measured
         self.voided: list[VoidedRun] = []
+        self.sized: str | None = None  # why the batches ended (`bench.sized`)
 
     def run_plan(self) -> PlanRuns:
-        """The plan's benchmark: its requests at its load (`repeats` times), or, with a
+        """The plan's benchmark: its requests at its load, in batches until it is precise
+        enough for its decision (`plan.precision`; without: `repeats` batches), or, with a
         capacity search, at the highest rate that holds the SLOs."""
         plan = self.plan
         if plan.capacity is not None:
             return self._capacity()
-        if plan.repeats <= 1:
+        if plan.repeats <= 1 and plan.precision is None:
             records = self.run(plan.warmup, plan.requests, plan.profile)
             return PlanRuns(records, voided=self.voided)
-        return self._repeated()
+        return self._batches()
 
     def run(
         self,
@@ -134,21 +137,30 @@ class Runner:
         if len(self.voided) > MAX_VOIDED:
             raise TunerStalled(self.voided)
 
-    def _repeated(self) -> PlanRuns:
-        """`plan.repeats` runs on one engine (warm-up before the first; each run its own
-        prompts of the workload, `Workplan.requests_for`)."""
+    def _batches(self) -> PlanRuns:
+        """Batches of the workload on one engine (warm-up before the first; each batch its own
+        prompts, `Workplan.requests_for`) until `sized` says the run has measured what its
+        decision needs (at least `repeats` of them), or `repeats` batches without a
+        precision. The judged records are the median batch's (`requests.jsonl`); the trial's
+        metrics pool every batch (`measure.summary_of`)."""
         plan = self.plan
         folder = self.trial_dir / layout.RUNS_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        runs: list[tuple[Summary, list[RequestRecord]]] = []
-        for k in range(plan.repeats):
+        runs: list[list[RequestRecord]] = []
+        while True:
+            k = len(runs)
             warmup = plan.warmup if k == 0 else ()
             records = self.run(warmup, plan.requests_for(k), plan.profile)
             write_records(folder / layout.run_records(k), records)
-            runs.append((summarize(records, plan.slos), records))
-        by_throughput = sorted(runs, key=lambda run: run[0].output_throughput)
-        median_run = by_throughput[(len(runs) - 1) // 2][1]
-        return PlanRuns(median_run, None, [records for _, records in runs], self.voided)
+            runs.append(records)
+            if plan.precision is None:
+                if len(runs) >= plan.repeats:
+                    break
+            elif (why := sized(runs, plan.slos, plan.precision, plan.repeats)) is not None:
+                self.sized = why
+                break
+        by_rate = sorted(runs, key=lambda run: summarize(run, plan.slos).output_throughput)
+        return PlanRuns(by_rate[(len(runs) - 1) // 2], None, runs, self.voided)
 
     def _capacity(self) -> PlanRuns:
         plan = self.plan

@@ -66,7 +66,10 @@ class TrialFacts(EngineFacts):
         default=None, description="what the engine's /metrics counters added over the measured run"
     )
     repeats: int | None = Field(
-        default=None, description="benchmark runs on the one engine (objectives: their medians)"
+        default=None, description="batches of the workload on the one engine (pooled)"
+    )
+    sized: str | None = Field(
+        default=None, description="why the run's batches ended: precise enough, or a cap"
     )
     capacity: dict[str, Any] | None = Field(
         default=None, description="the capacity search, as `capacity.json` (rate, levels)"

@@ -33,6 +33,9 @@ def tune_args(model: Path, root: Path, study: str, *more: str | Path) -> list[st
         "--workload", WORKLOAD,
         "--rate", "100",
         "--root", root,
+        # One batch per trial: these tests read what the CLI does with a trial, not how long
+        # its run goes (tests/measure/test_sized_runs.py does).
+        "--precision", "off",
         *more,
     ]  # fmt: skip
 

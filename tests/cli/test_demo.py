@@ -36,6 +36,7 @@ def run_demo(tmp_path: Path, tiny_model: Path, **env: str) -> subprocess.Complet
         "SEED": "3",
         "FAKE_ENGINE_STARTUP_S": "0.2",
         "FAKE_ENGINE_STEP_S": "2.0",  # 1,000x the default: seconds to a first token
+        "PRECISION": "off",  # one batch a trial: a batch is seconds of this host
         **env,
     }
     return subprocess.run(
@@ -88,6 +89,10 @@ def test_the_demo_exports_the_closest_config_when_nothing_is_feasible(
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "Closest: trial" in out.stdout and "confirm: skipped" in out.stdout
+    # The demo's runs are sized to their decision (no PRECISION given: the tool's default):
+    # each trial says what ended its batches.
+    store = StudyStore(f"sqlite:///{tmp_path / 'studies' / 'demo' / 'study.db'}", create=False)
+    assert all(t.engine.sized for t in store.trials("demo") if t.measured)
     text = (tmp_path / "studies" / "demo" / "best.yaml").read_text()
     assert "# INFEASIBLE: it misses p99_ttft_ms" in text
     assert "closest to the constraints" in text.splitlines()[0]

@@ -21,7 +21,7 @@ def _tune(
     result = invoke(
         "tune", "--study", study, "--model", model, "--engine-command", ENGINE_COMMAND,
         "--space", "cpu-quick", "--workload", workload, "--concurrency", "2", "--root", root,
-        "--trials", "1", *more,
+        "--trials", "1", "--precision", "off", *more,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     if output is not None:

@@ -58,7 +58,7 @@ root: {root}
                 "--option",
                 "max_model_len=1024",
             ],
-            "its longest request needs 2009 tokens (prompt + output), more than max_model_len=1024",
+            "its longest request needs 2010 tokens (prompt + output), more than max_model_len=1024",
         ),
         (["--seed", "-1"], "--seed -1: expected a number >= 0"),
         (["--option", "not_an_option=3"], "--option not_an_option: not an option of vLLM"),

@@ -8,7 +8,15 @@ from pathlib import Path
 
 from support import fake_settings, processes_mentioning
 
-from autotune.bench import LoadProfile, RequestSpec, median_summary, spread, summarize, with_rates
+from autotune.bench import (
+    LoadProfile,
+    RequestSpec,
+    pooled_summary,
+    spread,
+    summarize,
+    with_intervals,
+    with_rates,
+)
 from autotune.bench._records import read_records
 from autotune.engine import EngineConfig
 from autotune.measure import Workplan, measure, resummarized
@@ -26,7 +34,7 @@ def plan(repeats: int = 1) -> Workplan:
     )
 
 
-def test_repeats_run_on_one_engine_and_report_medians_and_spread(tmp_path: Path) -> None:
+def test_repeats_run_on_one_engine_and_pool_their_requests(tmp_path: Path) -> None:
     trial = tmp_path / "trial"
     m = measure(CONFIG, trial, plan(repeats=3), fake_settings(tmp_path, extra_env=ENV))
 
@@ -34,11 +42,16 @@ def test_repeats_run_on_one_engine_and_report_medians_and_spread(tmp_path: Path)
     assert m.engine.repeats == 3
     log = (trial / "engine.log").read_text()
     assert log.count("$ ") == 1  # one engine start for the three runs
-    runs = [summarize(read_records(trial / "runs" / f"run-{k}.jsonl")) for k in range(3)]
+    batches = [read_records(trial / "runs" / f"run-{k}.jsonl") for k in range(3)]
+    runs = [summarize(batch) for batch in batches]
     assert all(r.completed == len(REQUESTS) for r in runs)
-    # The median of the runs, with what the engine counted over all three (the fake engine's
-    # cache blocks are longer than these prompts: no hit).
-    assert m.summary == with_rates(median_summary(runs), m.engine.counters)
+    # The runs' requests pooled (latencies over all, rates over their steady windows), with
+    # each metric's 90% interval, and what the engine counted over all three (the fake
+    # engine's cache blocks are longer than these prompts: no hit).
+    pooled = with_intervals(pooled_summary(batches), batches)
+    assert m.summary == with_rates(pooled, m.engine.counters)
+    assert m.summary.completed == 3 * len(REQUESTS)
+    assert m.summary.intervals is not None and "p99_ttft_ms" in m.summary.intervals
     assert m.summary.prefix_cache_hit_rate == 0.0
     assert m.spread["output_throughput"] == spread(runs)["output_throughput"] >= 0
     # The saved measurement rebuilds the same medians and spread (resume, a lost store).

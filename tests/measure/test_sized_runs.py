@@ -1,0 +1,58 @@
+"""A trial's run sized to its decision: batches on one warm engine until precise, or a cap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from support import fake_settings
+
+from autotune.bench import LoadProfile, Precision, RequestSpec
+from autotune.engine import EngineConfig
+from autotune.measure import Workplan, measure
+from autotune.measure._measure import load_measurement
+
+CONFIG = EngineConfig(model="tiny", served_model_name="tiny", args={"max_num_seqs": 8})
+ENV = {"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_STEP_S": "0.004"}
+
+
+def requests(k: int) -> list[RequestSpec]:
+    return [RequestSpec([k, i, 3], 16) for i in range(24)]
+
+
+def plan(slos: dict[str, float], precision: Precision) -> Workplan:
+    return Workplan(
+        requests(100), requests(0), LoadProfile(concurrency=8), slos, precision=precision,
+        rerun=requests,
+    )  # fmt: skip
+
+
+def test_a_p90_slo_runs_until_its_percentile_has_support(tmp_path: Path) -> None:
+    # A p90 needs 100 requests (10 expected above it); a batch is 24: five batches.
+    loose = Precision(throughput=1.0, slo=1.0)
+    m = measure(CONFIG, tmp_path / "t", plan({"p90_ttft_ms": 5000.0}, loose), fake_settings(
+        tmp_path, extra_env=ENV))  # fmt: skip
+    assert m.ok, m.reason
+    assert m.engine.repeats == 5 and m.summary is not None
+    assert m.summary.completed == 5 * 24  # every batch's requests pooled
+    assert m.engine.sized is not None and m.engine.sized.startswith("precise: 5 batches")
+    assert (tmp_path / "t" / "engine.log").read_text().count("$ ") == 1  # one engine
+    # Each metric carries its interval; the p90 over 120 requests is bounded both ways.
+    lo, hi = m.summary.intervals["p90_ttft_ms"]
+    assert lo <= m.summary.ttft_ms.p90 <= hi < float("inf")
+    # The folder gives back the same pooled summary (resume, a lost store).
+    again = load_measurement(tmp_path / "t", {"p90_ttft_ms": 5000.0})
+    assert again is not None and again.summary == m.summary
+
+
+def test_a_run_that_cannot_get_precise_stops_at_its_cap_and_says_so(tmp_path: Path) -> None:
+    # A p99 needs 1,000 requests: the cap of 3 batches ends the run first.
+    capped = Precision(throughput=1.0, slo=1.0, max_batches=3)
+    m = measure(CONFIG, tmp_path / "t", plan({"p99_ttft_ms": 5000.0}, capped), fake_settings(
+        tmp_path, extra_env=ENV))  # fmt: skip
+    assert m.ok and m.engine.repeats == 3
+    assert m.engine.sized is not None and m.engine.sized.startswith("cap: 3 batches")
+    stored = json.loads((tmp_path / "t" / "measurement.json").read_text())
+    assert stored["engine"]["sized"] == m.engine.sized
+    # The p99 of 72 requests cannot bound its tail: no upper end.
+    assert m.summary is not None and m.summary.intervals["p99_ttft_ms"][1] == float("inf")
