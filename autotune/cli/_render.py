@@ -171,7 +171,8 @@ def print_confirm(console: Console, attrs: dict[str, Any]) -> None:
 
         row = (num("median"), num("spread"), num("conservative"), confirm_slo_text(c))
         table.add_row(f"{number}{mark}", runs, *row)
-    console.print(table)
+    if table.row_count:  # a step with nothing to re-measure is its verdict line alone
+        console.print(table)
     gain = result.get("gain") or {}
     who = "none" if winner is None else f"trial {winner}"
     if winner is not None and str(winner) == str(base):

@@ -38,6 +38,7 @@ from autotune.cli._tune_flags import parse_parallel, tune_overrides
 from autotune.devices import DevicePool, format_device_list
 from autotune.engine import DEFAULT_COMMAND
 from autotune.measure import Measurement
+from autotune.selection import pareto_front, study_objectives
 from autotune.spec import TuneSpec, load_spec
 from autotune.store import StudyStore, redact
 from autotune.study import (
@@ -309,16 +310,21 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
         result = runner.run()
     print_summary(console, result)
     records, attrs = store.trials(spec.study), store.study_attrs(spec.study)
-    print_front(console, spec.study, records, attrs)
+    feasible = bool(pareto_front(records, study_objectives(attrs)))
+    # The front is printed once, last: after the confirm step, with its winner marked and its
+    # table (`show` prints the same).
+    try:
+        if spec.confirm and not join and feasible and not result.interrupted:
+            run_confirm(harness, store, spec.confirm, spec.confirm_rounds, table=False)
+    finally:
+        records, attrs = store.trials(spec.study), store.study_attrs(spec.study)
+        print_front(console, spec.study, records, attrs)
     if result.interrupted:
         raise KeyboardInterrupt
-    infeasible = print_infeasible(console, spec.study, records, attrs)
-    if spec.confirm and not join:
-        if infeasible:
-            console.print("\nconfirm: skipped, no feasible config to re-measure")
-        else:
-            run_confirm(harness, store, spec.confirm, spec.confirm_rounds)
-    if infeasible:
+    print_infeasible(console, spec.study, records, attrs)
+    if spec.confirm and not join and not feasible:
+        console.print("\nconfirm: skipped, no feasible config to re-measure")
+    if not feasible:
         raise typer.Exit(EXIT_INFEASIBLE)
 
 
@@ -337,8 +343,10 @@ def percentile_warnings(spec: TuneSpec) -> list[str]:
     return lines
 
 
-def run_confirm(harness: Harness, store: StudyStore, top: int, rounds: int) -> None:
-    """The confirm step (see autotune.study._confirm), with progress and its table."""
+def run_confirm(
+    harness: Harness, store: StudyStore, top: int, rounds: int, table: bool = True
+) -> None:
+    """The confirm step (see autotune.study._confirm), with progress and (`table`) its table."""
     spec = harness.spec
     console.print(
         f"\nconfirm: the top {top} feasible configs and the baseline, {rounds} alternating rounds"
@@ -351,7 +359,8 @@ def run_confirm(harness: Harness, store: StudyStore, top: int, rounds: int) -> N
     confirmer = Confirmer.of(harness, store, on_run=progress)
     with sigterm_as_interrupt():
         confirmer.run(top, rounds)
-    print_confirm(console, store.study_attrs(spec.study))
+    if table:
+        print_confirm(console, store.study_attrs(spec.study))
 
 
 def confirm(

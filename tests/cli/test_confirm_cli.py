@@ -34,6 +34,10 @@ def test_confirm_twice_on_a_stable_engine_picks_the_same_winner(
     out = result.output  # type: ignore[attr-defined]
     assert result.exit_code == 0, out  # type: ignore[attr-defined]
     assert "Confirm: 3 alternating rounds" in out and "confirmed winner (w): trial" in out
+    # Printed once each, the front last: after the rounds, its confirmed winner marked.
+    assert out.count("Pareto front of") == 1 and out.count("Confirm: 3 alternating") == 1
+    assert out.index("  round 3: trial") < out.index("Pareto front of") < out.index("Confirm: 3")
+    assert "w confirmed winner" in out
     first = store_of(tmp_path, "c").study_attrs("c")["confirm"]
     assert first["baseline"] == 0 and len(first["candidates"]) == 2
     assert first["winner"] not in (None, 0)
@@ -153,3 +157,23 @@ def test_a_confirm_step_stopped_mid_way_shows_no_stale_verdict(
     shown = cli("show", "k", "--root", tmp_path / "studies").output  # type: ignore[attr-defined]
     assert "no candidate held the SLOs" not in shown
     assert "no verdict: 1 of the step's 6 runs were measured (it is still running, or was" in shown
+
+
+def test_a_confirm_step_with_nothing_to_re_measure_is_its_verdict_alone() -> None:
+    """No config but the baseline met the SLOs: the step ran no round, and prints no table of
+    none ("Confirm: 0 alternating rounds" and its empty columns)."""
+    from rich.console import Console
+
+    from autotune.cli._render import print_confirm
+
+    verdict = "no config measured better than your defaults: the winner is the baseline"
+    result = {
+        "metric": "output_throughput", "direction": "maximize", "rounds": 0, "order": [],
+        "baseline": 0, "candidates": {}, "winner": 0, "gain": {"verdict": verdict},
+    }  # fmt: skip
+    console = Console(record=True, width=200)
+    print_confirm(console, {"confirm": result})
+    lines = console.export_text().splitlines()
+    assert lines == [
+        f"confirmed winner (w): trial 0 (the baseline: your defaults); verdict: {verdict}"
+    ]
