@@ -16,7 +16,7 @@ import yaml
 from autotune.drift import Noise, compared, noise
 from autotune.engine import config_file_mapping, env_file_text
 from autotune.host import hardware_line, serve_command
-from autotune.numbers import readable
+from autotune.numbers import interval_text, readable
 from autotune.selection import (
     CONFIRM_ATTR,
     MARGIN_Z,
@@ -158,6 +158,7 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
         if trial.measured
         else f"not measured: {trial.status} {trial.reason}".rstrip(),
         _runs_line(trial),
+        _intervals_line(trial),
         _agreement_line(trial),
         _confirmed_line(trial, attrs),
         f"INFEASIBLE: it misses {miss_text(trial)}" if trial.measured and misses(trial) else "",
@@ -173,6 +174,28 @@ def _runs_line(trial: TrialRecord) -> str:
     if trial.runs <= 1:
         return ""
     return f"values: the mean of {trial.runs} runs of this config, as measured"
+
+
+def _intervals_line(trial: TrialRecord) -> str:
+    """How precisely the run measured the figures above (their 90% intervals), and what ended
+    its batches."""
+    shown = [
+        (name, label, fmt)
+        for name, label, fmt in (
+            ("output_throughput", "output tok/s", ",.0f"),
+            ("p99_ttft_ms", "p99 TTFT", ".1f"),
+            ("p99_tpot_ms", "p99 TPOT", ".2f"),
+        )
+        if name in trial.intervals
+    ]
+    if not trial.measured or not shown:
+        return ""
+    parts = [
+        f"{label} {interval_text(trial.metric(name), trial.intervals[name], fmt)}"
+        for name, label, fmt in shown
+    ]
+    sized = f"; {trial.engine.sized}" if trial.engine.sized else ""
+    return f"90% intervals of this run: {', '.join(parts)}{sized}"
 
 
 def _agreement_line(trial: TrialRecord) -> str:

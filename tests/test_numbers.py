@@ -31,3 +31,12 @@ from autotune.numbers import readable
 )
 def test_readable(value: float, text: str) -> None:
     assert readable(value) == text
+
+
+def test_an_interval_reads_as_short_as_it_can() -> None:
+    from autotune.numbers import interval_text
+
+    assert interval_text(1000.0, (970.0, 1030.0)) == "±3%"  # a rate's: even
+    assert interval_text(261.9, (240.0, 290.5), ".1f") == "240.0-290.5"
+    assert interval_text(261.9, (240.0, float("inf")), ".1f") == "240.0-?"  # no upper end
+    assert interval_text(261.9, None) == ""

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from autotune.bench import Summary
 from autotune.engine import failure_headline
-from autotune.numbers import readable
+from autotune.numbers import interval_text, readable
 from autotune.predict import REPORTED
 from autotune.selection import (
     CONFIRM_ATTR,
@@ -139,9 +139,18 @@ def skips_line(result: StudyResult) -> str:
 
 
 def _with_spread(t: TrialRecord, name: str, fmt: str) -> str:
+    """The metric with its 90% interval where the trial has one, else its spread over runs."""
     value = format(t.metric(name), fmt)
+    if name in t.intervals:
+        return f"{value} {interval_text(t.metric(name), t.intervals[name], fmt)}".rstrip()
     wobble = t.spread.get(name)
     return value if not wobble else f"{value} ±{format(wobble, fmt)}"
+
+
+def _pair(t: TrialRecord, latency: str, fmt: str) -> str:
+    """`p50 / p99`, the p99 with its 90% interval (`126.1 / 261.9 240.0-290.0`)."""
+    p50 = format(t.metric(f"p50_{latency}_ms"), fmt)
+    return f"{p50} / {_with_spread(t, f'p99_{latency}_ms', fmt)}"
 
 
 def print_confirm(console: Console, attrs: dict[str, Any]) -> None:
@@ -223,8 +232,8 @@ def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None) -> li
         "out tok/s": _with_spread(t, "output_throughput", ",.0f"),
         PREDICTED_TPS: _predicted(t),
         "vs base": _ratio(t.metric("output_throughput"), base_tps),
-        "TTFT p50/p99 ms": f"{t.metric('p50_ttft_ms'):.1f} / {t.metric('p99_ttft_ms'):.1f}",
-        "TPOT p50/p99 ms": f"{t.metric('p50_tpot_ms'):.2f} / {t.metric('p99_tpot_ms'):.2f}",
+        "TTFT p50/p99 ms": _pair(t, "ttft", ".1f"),
+        "TPOT p50/p99 ms": _pair(t, "tpot", ".2f"),
         # The share of the baseline's greedy tokens; "-" where the engine did not answer.
         "agree": f"{t.metrics['agreement_tokens']:.2f}" if "agreement_tokens" in t.metrics else "-",
     }

@@ -21,6 +21,7 @@ from autotune.dashboard._data import (
 )
 from autotune.dashboard._labels import LATENCIES, STATS, failure_kind, metric_label, outcome
 from autotune.export import render_export
+from autotune.numbers import interval_text
 from autotune.predict import REPORTED
 from autotune.store import TrialRecord
 
@@ -47,6 +48,7 @@ class LatencyRow(View):
     latency: str
     values: dict[str, float | None]  # stat -> ms
     spread_p99: float | None = None
+    interval_p99: str = ""  # the p99's 90% interval, as `show` prints it
 
 
 class Profile(View):
@@ -167,8 +169,16 @@ def latency_rows(t: TrialRecord) -> list[LatencyRow]:
     for latency in LATENCIES:
         values = {s: t.metrics.get(f"{s}_{latency}_ms") for s in STATS}
         if any(v is not None for v in values.values()):
-            spread = t.spread.get(f"p99_{latency}_ms")
-            rows.append(LatencyRow(latency=latency.upper(), values=values, spread_p99=spread))
+            name = f"p99_{latency}_ms"
+            interval = interval_text(t.metric(name), t.intervals.get(name), ",.2f")
+            rows.append(
+                LatencyRow(
+                    latency=latency.upper(),
+                    values=values,
+                    spread_p99=t.spread.get(name),
+                    interval_p99=interval,
+                )
+            )
     return rows
 
 

@@ -74,11 +74,12 @@ def _metrics(v: TrialView) -> str:
         [
             esc(row.latency),
             *(num(row.values.get(s), ",.2f") for s in STATS),
+            esc(row.interval_p99),
             num(row.spread_p99, ",.2f") if row.spread_p99 else "",
         ]
         for row in v.latencies
     ]
-    latency = table(["latency (ms)", *STATS, "p99 spread"], rows)
+    latency = table(["latency (ms)", *STATS, "p99 90% interval", "p99 spread"], rows)
     others = table(["metric", "value"], [[esc(k), num(x)] for k, x in v.others])
     constraints = table(
         ["constraint", "value (≤ 0 holds)"],

@@ -7,6 +7,7 @@ from autotune.store._records import (
     DEVICE_S,
     ENGINE,
     ENV,
+    INTERVALS,
     LEASE_ENV,
     LOG_TAIL,
     MEASURED_AT,
@@ -33,6 +34,8 @@ from autotune.store._records import (
     WORKER,
     StudyInfo,
     TrialRecord,
+    read_intervals,
+    stored_intervals,
     study_records,
 )
 from autotune.store._slots import TrialSlots, lowest_free
@@ -54,6 +57,7 @@ __all__ = [
     "DEVICE_S",
     "ENGINE",
     "ENV",
+    "INTERVALS",
     "LEASE_ENV",
     "LOG_TAIL",
     "MEASURED_AT",
@@ -93,8 +97,10 @@ __all__ = [
     "Worker",
     "default_storage_url",
     "lowest_free",
+    "read_intervals",
     "redact",
     "sqlite_tables",
     "storage_errors",
+    "stored_intervals",
     "study_records",
 ]

@@ -35,6 +35,7 @@ REQUEUED = "requeued"  # set on a trial queued again after an interruption
 WORKER = "worker"  # who runs the trial: a `Worker` (see autotune.study._worker)
 SLOT = "slot"  # its place in the trial budget (1..trials)
 SPREAD = "spread"  # metric -> half the range over the trial's repeated runs
+INTERVALS = "intervals"  # metric -> [low, high], its 90% interval (null: unbounded that side)
 MEASURED_AT = "measured_at"  # when its benchmark ended (epoch s); the drift reads its middle
 REMEASURE_OF = "remeasure_of"  # the trial whose config a re-measure trial runs again
 PREDICTION = "prediction"  # the engine model's prediction, made before the trial ran
@@ -75,6 +76,8 @@ class TrialRecord(BaseModel):
     slot: int | None = None
     worker: Worker = Field(default_factory=Worker)
     spread: dict[str, float] = Field(default_factory=dict)
+    # How precisely the run measured each metric: its 90% interval (bench/_intervals.py).
+    intervals: dict[str, tuple[float, float]] = Field(default_factory=dict)
     measured_at: float | None = None
     remeasure_of: int | None = None
     prediction: dict[str, Any] = Field(default_factory=dict)  # autotune.predict, before it ran
@@ -131,10 +134,35 @@ class TrialRecord(BaseModel):
             slot=attrs.get(SLOT),
             worker=Worker.read(attrs.get(WORKER)),
             spread=attrs.get(SPREAD) or {},
+            intervals=read_intervals(attrs.get(INTERVALS)),
             measured_at=attrs.get(MEASURED_AT),
             remeasure_of=attrs.get(REMEASURE_OF),
             prediction=attrs.get(PREDICTION) or {},
         )
+
+
+def stored_intervals(intervals: dict[str, tuple[float, float]] | None) -> dict[str, list]:
+    """Intervals as the store keeps them: an end that is not finite (no bound that side) is
+    null, as a metric that is not finite is."""
+    return {
+        name: [lo if math.isfinite(lo) else None, hi if math.isfinite(hi) else None]
+        for name, (lo, hi) in (intervals or {}).items()
+    }
+
+
+def read_intervals(stored: Any) -> dict[str, tuple[float, float]]:
+    """Stored intervals back: a null low end reads -inf, a null high end inf."""
+    if not isinstance(stored, dict):
+        return {}
+    out: dict[str, tuple[float, float]] = {}
+    for name, pair in stored.items():
+        if isinstance(pair, list | tuple) and len(pair) == 2:
+            lo, hi = pair
+            out[name] = (
+                -math.inf if lo is None else float(lo),
+                math.inf if hi is None else float(hi),
+            )
+    return out
 
 
 def _metrics(stored: Any) -> dict[str, float]:

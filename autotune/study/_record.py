@@ -37,7 +37,7 @@ from autotune.selection import BASIS_ATTR, REFERENCE_ATTR, SLOS_ATTR
 from autotune.space import SearchSpace, repair
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
-from autotune.store import StorageError, StudyStore, Worker, storage_errors
+from autotune.store import StorageError, StudyStore, Worker, storage_errors, stored_intervals
 from autotune.study._errors import StudyError
 from autotune.study._gate import Verdict
 from autotune.study._slos import StudyBounds
@@ -133,6 +133,8 @@ class Recorder:
             trial.set_user_attr(keys.MEASURED_AT, m.at_s if m.at_s is not None else time.time())
         if m.spread:
             trial.set_user_attr(keys.SPREAD, m.spread)
+        if m.summary is not None and m.summary.intervals:
+            trial.set_user_attr(keys.INTERVALS, stored_intervals(m.summary.intervals))
         if m.log_tail:
             trial.set_user_attr(keys.LOG_TAIL, m.log_tail[-4000:])
         constraints = constraint_values(

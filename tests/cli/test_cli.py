@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +65,8 @@ def test_show_front(cli: Invoke, tuned: Tuned) -> None:
     assert result.exit_code == 0, result.output
     assert "Study s1: Pareto front of 3 trials (b baseline)" in result.stdout
     assert "objectives: output_throughput (max)" in result.stdout
+    # Each p99 with its 90% interval: over 8 requests it has no upper end.
+    assert re.search(r"\d / [\d.]+ [\d.]+-\?", result.stdout)
 
 
 def test_show_all_by_storage_url(cli: Invoke, tuned: Tuned) -> None:
@@ -85,6 +88,9 @@ def test_export_best(cli: Invoke, tuned: Tuned, tmp_path: Path) -> None:
     text = header(out)
     assert text.startswith("# vllm-autotune: study 's1', trial ")
     assert "(pick max-throughput)" in text and "output tok/s" in text
+    # How precisely the figures were measured: each with its 90% interval (a p99 over 8
+    # requests has no upper end; a run of 0.1 s is too short for batch means of its rate).
+    assert "# 90% intervals of this run: p99 TTFT " in text and "-?" in text
     assert not out.with_suffix(".env").exists()
 
 
