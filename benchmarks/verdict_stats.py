@@ -20,7 +20,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from autotune.study._confirm import Bounds, ConfirmRun, evaluate, gain, round_order
+from autotune.study._confirm import round_order
+from autotune.study._verdict import Bounds, ConfirmRun, evaluate, gain
 
 SLOS = ("p99_ttft_ms", "p99_tpot_ms")
 DEMO_BOUNDS = Bounds(relative=dict.fromkeys(SLOS, 1.2))

@@ -12,6 +12,7 @@ from autotune.bench._client import (
 )
 from autotune.bench._counters import EngineCounters, parse_counters, rates, with_rates
 from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
+from autotune.bench._intervals import t_quantile
 from autotune.bench._load import LoadProfile, warmup_for
 from autotune.bench._metrics import (
     ENGINE_RATES,
@@ -120,6 +121,7 @@ __all__ = [
     "slo_percentile",
     "spread",
     "summarize",
+    "t_quantile",
     "thin_percentiles",
     "warmup_for",
     "with_agreement",

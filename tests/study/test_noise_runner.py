@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bench import RequestRecord, summarize
+from autotune.bench import RequestRecord, summarize, t_quantile
 from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
 from autotune.measure import Judge, Measurement
@@ -19,7 +19,8 @@ from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import Confirmer, Harness, StudyRunner
-from autotune.study._confirm import Bounds, ConfirmRun, evaluate, gain, round_order, t_quantile
+from autotune.study._confirm import round_order
+from autotune.study._verdict import Bounds, ConfirmRun, evaluate, gain
 
 REQUESTS = 16
 

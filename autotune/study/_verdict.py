@@ -1,0 +1,236 @@
+"""The confirm step's judgement: its runs in, each candidate's statistics, the gain of the
+best over the baseline and the verdict in words out. Pure functions over `ConfirmRun`s (the
+step itself, which runs them, is `study/_confirm.py`; its docstring says what is judged how).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.bench import t_quantile
+from autotune.selection import BASIS_ATTR, SLOS_ATTR
+from autotune.spec import TuneSpec
+
+LEVEL = 0.90  # the gain's interval: two-sided
+
+
+@dataclass(frozen=True)
+class ConfirmRun:
+    """What one candidate measured in one round (as measured: no correction)."""
+
+    round: int
+    trial: int
+    status: str
+    value: float | None  # the primary metric (None: not measured)
+    device_s: float
+    slos: Mapping[str, float] = field(default_factory=dict)  # each SLO metric measured
+    error_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The SLOs a confirm step judges: absolute bounds, and the factors of those relative to
+    the baseline (judged against the baseline's value in the same round)."""
+
+    absolute: Mapping[str, float] = field(default_factory=dict)
+    relative: Mapping[str, float] = field(default_factory=dict)  # metric -> factor
+    max_error_rate: float = 0.0
+
+    @classmethod
+    def of_study(cls, attrs: Mapping[str, Any], spec: TuneSpec) -> Bounds:
+        """The bounds a study fixed (its `slos` and `slo_basis` attributes), else the spec's."""
+        stored = dict(attrs.get(SLOS_ATTR) or spec.slos)
+        basis = attrs.get(BASIS_ATTR) or {}
+        relative = {name: float(basis[name]["factor"]) for name in basis if name in stored}
+        relative.update({k: v for k, v in spec.relative_slos.items() if k not in relative})
+        absolute = {k: float(v) for k, v in stored.items() if k not in relative}
+        return cls(absolute, relative, spec.max_error_rate)
+
+    @property
+    def names(self) -> list[str]:
+        return [*self.absolute, *self.relative]
+
+    def ratio(self, name: str, run: ConfirmRun, base: ConfirmRun | None) -> float | None:
+        """`measured / bound` of SLO `name` in `run`'s round (None: not measured there)."""
+        value = run.slos.get(name)
+        if value is None or not math.isfinite(value):
+            return None
+        if name in self.relative:
+            ref = None if base is None else base.slos.get(name)
+            if ref is None or not math.isfinite(ref) or ref <= 0:
+                return None
+            return value / (self.relative[name] * ref)
+        bound = self.absolute[name]
+        return value / bound if bound > 0 else 0.0
+
+
+def evaluate(
+    runs: Sequence[ConfirmRun],
+    numbers: Sequence[int],
+    direction: str,
+    baseline_number: int | None,
+    rounds: int,
+    bounds: Bounds | None = None,
+) -> dict[str, Any]:
+    """Per-candidate statistics, the best candidate, its gain over the baseline, the winner."""
+    bounds = bounds or Bounds()
+    sign = 1.0 if direction == "maximize" else -1.0
+    base_runs = {r.round: r for r in runs if r.trial == baseline_number}
+    stats: dict[str, dict[str, Any]] = {}
+    for number in numbers:
+        mine = sorted((r for r in runs if r.trial == number), key=lambda r: r.round)
+        values = [r.value for r in mine if r.value is not None]
+        median = statistics.median(values) if values else None
+        wobble = (max(values) - min(values)) / 2 if values else None
+        conservative = None if median is None or wobble is None else median - sign * wobble
+        slos = _slo_stats(mine, base_runs, bounds)
+        errors = [r.error_rate for r in mine if r.value is not None]
+        error_ok = not errors or statistics.median(errors) <= bounds.max_error_rate
+        holds = error_ok and all(s["holds"] for s in slos.values())
+        stats[str(number)] = {
+            "values": [r.value for r in mine],
+            "statuses": [r.status for r in mine],
+            "median": median,
+            "spread": wobble,
+            "conservative": conservative,
+            "slos": slos,
+            "holds": holds,
+            "qualified": len(values) == len(mine) == rounds and holds,
+            "device_s": round(sum(r.device_s for r in mine), 2),
+        }
+    qualified = [n for n in numbers if stats[str(n)]["qualified"]]
+    contenders = [n for n in qualified if n != baseline_number]
+    best = (
+        max(contenders, key=lambda n: (sign * stats[str(n)]["conservative"], -n))
+        if contenders
+        else None
+    )
+    base_ok = baseline_number is not None and baseline_number in qualified
+    paired = gain(runs, best, baseline_number, direction)
+    winner, verdict = _verdict(best, baseline_number, base_ok, paired, stats)
+    if len(runs) < len(numbers) * rounds:  # kept after every run: a verdict needs them all
+        winner = None
+        verdict = (
+            f"no verdict: {len(runs)} of the step's {len(numbers) * rounds} runs were measured "
+            "(it is still running, or was stopped)"
+        )
+    return {
+        "candidates": stats,
+        "best_candidate": best,
+        "winner": winner,
+        "gain": {**paired, "verdict": verdict},
+    }
+
+
+def _slo_stats(
+    mine: Sequence[ConfirmRun], base_runs: Mapping[int, ConfirmRun], bounds: Bounds
+) -> dict[str, dict[str, Any]]:
+    """Each SLO's `measured / bound` per round, their median, spread and whether it holds."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in bounds.names:
+        ratios = [
+            bounds.ratio(name, r, base_runs.get(r.round)) for r in mine if r.value is not None
+        ]
+        known = [x for x in ratios if x is not None]
+        median = statistics.median(known) if known else None
+        out[name] = {
+            "ratios": [None if x is None else round(x, 4) for x in ratios],
+            "median": None if median is None else round(median, 4),
+            "spread": round((max(known) - min(known)) / 2, 4) if known else None,
+            "holds": median is not None and median <= 1.0,
+        }
+    return out
+
+
+def gain(
+    runs: Sequence[ConfirmRun], candidate: int | None, base: int | None, direction: str
+) -> dict[str, Any]:
+    """`candidate`'s paired gain over the baseline, round by round, as a 90% interval
+    (`mean`, `low`, `high`; absent with fewer than 2 paired rounds)."""
+    if candidate is None or base is None or candidate == base:
+        return {}
+    by_round: dict[int, dict[int, float | None]] = {}
+    for r in runs:
+        by_round.setdefault(r.round, {})[r.trial] = r.value
+    paired = []
+    for values in by_round.values():
+        w, b = values.get(candidate), values.get(base)
+        if w is None or b is None or w <= 0 or b <= 0:
+            continue
+        paired.append(w / b - 1 if direction == "maximize" else b / w - 1)
+    out: dict[str, Any] = {"paired": [round(p, 4) for p in paired]}
+    if len(paired) < 2:
+        return out
+    mean = statistics.fmean(paired)
+    half = t_quantile(len(paired) - 1) * statistics.stdev(paired) / math.sqrt(len(paired))
+    out.update(mean=round(mean, 4), low=round(mean - half, 4), high=round(mean + half, 4))
+    return out
+
+
+def _verdict(
+    best: int | None,
+    base: int | None,
+    base_ok: bool,
+    paired: Mapping[str, Any],
+    stats: Mapping[str, Mapping[str, Any]],
+) -> tuple[int | None, str]:
+    """The winner (what `export` deploys) and the verdict in words."""
+    if best is None:
+        others = {n: c for n, c in stats.items() if n != str(base)}
+        if base_ok:
+            return base, (
+                f"no config measured better than your defaults: {_nobody(others, 'other ')}; "
+                "the winner is the baseline"
+            )
+        return None, f"no winner: {_nobody(stats)}"
+    if base is None:
+        return best, f"trial {best} (no baseline measured: no gain to report)"
+    span = _span(paired)
+    if not base_ok:
+        mine = stats.get(str(base), {})
+        if mine.get("holds"):  # it held them where it ran, but failed to run in a round
+            return best, f"trial {best}: your defaults did not run in every round{span}"
+        missed = _missed(mine)
+        return (
+            best,
+            f"trial {best}: your defaults miss {missed} over the rounds; it holds them{span}",
+        )
+    low, high = paired.get("low"), paired.get("high")
+    if low is not None and low > 0:
+        return best, f"trial {best}: gain {paired['mean']:+.1%} over your defaults{span}"
+    if high is not None and high < 0:
+        return base, (
+            f"no config measured better than your defaults; best candidate trial {best}"
+            f"{span}: the defaults are better"
+        )
+    return base, f"no config measured better than your defaults; best candidate trial {best}{span}"
+
+
+def _span(paired: Mapping[str, Any]) -> str:
+    if paired.get("low") is None:
+        n = len(paired.get("paired") or [])
+        return f" (only {n} paired round{'s' if n != 1 else ''}: no interval)"
+    return f": {paired['low']:+.1%} to {paired['high']:+.1%} ({LEVEL:.0%} interval)"
+
+
+def _nobody(stats: Mapping[str, Mapping[str, Any]], other: str = "") -> str:
+    """Why no candidate qualified: it did not run in every round, or missed a bound (the
+    SLOs, or the error-rate bound, which a study without SLOs has too)."""
+    failed = any(None in (c.get("values") or [None]) for c in stats.values())
+    missed = {_missed(c) for c in stats.values() if not c.get("holds")}
+    bounds = "the error-rate bound" if missed == {"the error-rate bound"} else "the SLOs"
+    if missed and not failed:
+        return f"no {other}candidate held {bounds} over the rounds"
+    if not missed:
+        return f"no {other}candidate ran in every round"
+    return f"no {other}candidate both ran in every round and held {bounds} over the rounds"
+
+
+def _missed(candidate: Mapping[str, Any]) -> str:
+    slos = candidate.get("slos") or {}
+    names = [name for name, s in slos.items() if not s.get("holds")]
+    return ", ".join(names) or "the error-rate bound"
