@@ -352,7 +352,7 @@ class CategoricalParam(_ParamBase):
     derived: list[str] = Field(
         default_factory=list,
         description="Choices whose value is computed from the config's other options when it "
-        "is made (space/_derived.py: decode_batch)",
+        "is made (space/_derived.py: decode_batch, taper, small_batches)",
     )
 
     @property
