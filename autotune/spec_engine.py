@@ -6,11 +6,14 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from autotune.engine import (
     DEFAULT_COMMAND,
     DEFAULT_OFFLINE_COMMAND,
+    OFFLINE_PLACEHOLDERS,
+    SERVER_PLACEHOLDERS,
+    command_problem,
     env_name_problem,
     is_known_option,
     normalize_option,
@@ -20,6 +23,10 @@ from autotune.engine import (
 from autotune.limits import Seconds
 from autotune.space import option_range_problem
 
+# vLLM options each trial gets from the tuner: an option would change the model under the
+# study's name, or be overridden by the `--host`/`--port` flags the launcher appends.
+TUNERS_OPTIONS = frozenset({"model", "host", "port"})
+
 
 class EngineSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -27,12 +34,13 @@ class EngineSpec(BaseModel):
     command: str = Field(
         default=DEFAULT_COMMAND,
         description="Server command; `{python}` is the tuner's interpreter; `--config`, "
-        "`--host` and `--port` are appended unless `{config}`/`{host}`/`{port}` appear",
+        "`--host` and `--port` are appended unless `{config}`/`{host}`/`{port}` appear (all "
+        "three, once each); not run by a shell",
     )
     offline_command: str = Field(
         default=DEFAULT_OFFLINE_COMMAND,
         description="The offline scenario's batch program; `--config`, `--prompts` and `--out` "
-        "are appended unless `{config}`/`{prompts}`/`{out}` appear",
+        "are appended unless `{config}`/`{prompts}`/`{out}` appear (all three, once each)",
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="vLLM options fixed for every trial (win over space)"
@@ -52,6 +60,11 @@ class EngineSpec(BaseModel):
     def _normalize(cls, value: dict[str, Any]) -> dict[str, Any]:
         options = {normalize_option(k): v for k, v in value.items()}
         for name in options:
+            if name in TUNERS_OPTIONS:
+                raise ValueError(
+                    f"{name} is the tuner's to set for each trial (the model is --model; the "
+                    "host and port it chooses); drop the option"
+                )
             # A misspelling of a known option is refused; a name close to none may be an
             # option of another vLLM version (or plugin) and is passed on as it is.
             hint = None if is_known_option(name) else suggest_option(name)
@@ -73,11 +86,15 @@ class EngineSpec(BaseModel):
 
     @field_validator("command", "offline_command")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
+    def _a_command(cls, value: str, info: ValidationInfo) -> str:
         if not value.strip():
             raise ValueError("must not be empty")
         try:
             shlex.split(value)
         except ValueError as exc:  # "No closing quotation"
             raise ValueError(f"cannot be split into words: {str(exc).lower()}") from None
+        offline = info.field_name == "offline_command"
+        placeholders = OFFLINE_PLACEHOLDERS if offline else SERVER_PLACEHOLDERS
+        if (problem := command_problem(value, placeholders)) is not None:
+            raise ValueError(problem)
         return value

@@ -52,8 +52,24 @@ def path_field_problem(field: str, value: str | Path) -> str | None:
     if field == "root":
         return folder_problem(value)
     if field == "storage":
-        return storage_problem(str(value))
+        return in_memory_problem(str(value)) or storage_problem(str(value))
     return path_problem(value)
+
+
+def in_memory_problem(url: str) -> str | None:
+    """Why a study cannot be kept in an in-memory SQLite database (`sqlite://`,
+    `sqlite:///:memory:`): it is gone when the command ends, its trials with it, and no other
+    command or worker can open it."""
+    if not url.startswith("sqlite:"):
+        return None
+    rest = url.split(":", 1)[1].removeprefix("///").removeprefix("//")
+    path, _, query = rest.partition("?")
+    if path not in ("", ":memory:") and "mode=memory" not in query:
+        return None
+    return (
+        "an in-memory database is gone when the command ends, and the study with it; give a "
+        "file (sqlite:///path/study.db), or leave --storage out for ROOT/STUDY/study.db"
+    )
 
 
 def storage_problem(url: str) -> str | None:

@@ -21,7 +21,7 @@ from autotune.cli._common import (
     setup_logging,
     worker_host,
 )
-from autotune.cli._tune import check_model, sigterm_as_interrupt
+from autotune.cli._tune import check_runnable, sigterm_as_interrupt
 from autotune.engine import installed_vllm_version
 from autotune.export import choose_export
 from autotune.limits import MAX_REQUESTS
@@ -59,7 +59,7 @@ def profile(
         spec = _stored_spec(store, study, storage, root, engine_command)
         number = _chosen_trial(store, study, trial)
         record = _trial_record(store.trials(study), study, number)
-        check_model(spec.model)
+        check_runnable(spec)
         harness = build_harness(spec, host=worker_host())  # leases as the trial did
         assert harness.plan is not None and harness.settings is not None
         plan = ProfilePlan(

@@ -36,10 +36,11 @@ from autotune.cli._render import (
 )
 from autotune.cli._tune_flags import parse_parallel, tune_overrides
 from autotune.devices import DevicePool, format_device_list
-from autotune.engine import DEFAULT_COMMAND
+from autotune.engine import DEFAULT_COMMAND, program_problem
 from autotune.measure import Measurement
 from autotune.selection import pareto_front, study_objectives
 from autotune.spec import TuneSpec, load_spec
+from autotune.spec_request import check_request
 from autotune.store import StudyStore, redact
 from autotune.study import (
     SPEC_ATTR,
@@ -244,7 +245,8 @@ def tune(
         tune_spec = load_spec(spec, overrides, defaults)
         if imported is not None and baseline is not None:
             tune_spec = with_baseline(tune_spec, imported, baseline)
-        check_model(tune_spec.model)
+        check_request(tune_spec)
+        check_runnable(tune_spec)
         run_tune(tune_spec)
 
 
@@ -277,8 +279,20 @@ def worker(
         if devices is not None:
             local["devices"] = devices
         tune_spec = load_spec(None, {**shared, **local})
-        check_model(tune_spec.model)
+        check_runnable(tune_spec)
         run_tune(tune_spec, join=True)
+
+
+def check_runnable(spec: TuneSpec) -> None:
+    """InputError when this host cannot start `spec`'s trials: its model path, or the program
+    its engine command (the offline batch program offline) starts (`engine.program_problem`),
+    before anything is created."""
+    check_model(spec.model)
+    offline = spec.scenario == "offline"
+    command = spec.engine.offline_command if offline else spec.engine.command
+    if (problem := program_problem(command)) is not None:
+        where = "engine.offline_command" if offline else "--engine-command (engine.command)"
+        raise InputError(f"{where}: {problem}")
 
 
 def check_model(model: str) -> None:
@@ -397,7 +411,7 @@ def confirm(
             raise InputError(f"study {study!r} has no stored spec: it cannot be re-measured")
         local = {"study": study, "root": root, "storage": storage}
         spec = load_spec(None, {**shared, **local})
-        check_model(spec.model)
+        check_runnable(spec)
         # The devices `--devices` gave the trials, leased as theirs were (`Harness.leased`).
         run_confirm(build_harness(spec, host=worker_host()), store, top, rounds)
 

@@ -19,6 +19,12 @@ from autotune.engine._ascend import (
     parse_ascend_version,
 )
 from autotune.engine._cleanup import unused_shm
+from autotune.engine._command import (
+    OFFLINE_PLACEHOLDERS,
+    SERVER_PLACEHOLDERS,
+    command_problem,
+    program_problem,
+)
 from autotune.engine._config import DEVICE_FACTORS, EngineConfig, devices_of
 from autotune.engine._facts import EngineFacts, parse_facts
 from autotune.engine._failures import (
@@ -99,8 +105,10 @@ __all__ = [
     "DEVICE_FACTORS",
     "FATAL_OVERLAP",
     "NO_STEP_MARKS",
+    "OFFLINE_PLACEHOLDERS",
     "PATTERNS",
     "PROFILER_CONFIG_SINCE",
+    "SERVER_PLACEHOLDERS",
     "TORCHAIR_REMOVED_IN",
     "EngineConfig",
     "EngineError",
@@ -123,6 +131,7 @@ __all__ = [
     "classify_exit",
     "classify_log",
     "cli_flag",
+    "command_problem",
     "config_file_mapping",
     "default_cores",
     "devices_of",
@@ -150,6 +159,7 @@ __all__ = [
     "parse_serve_script",
     "port_is_free",
     "profiling_mechanism",
+    "program_problem",
     "read_serve_file",
     "read_trace",
     "reap_stale_engine",

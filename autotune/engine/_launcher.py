@@ -27,6 +27,7 @@ import httpx
 
 from autotune import layout
 from autotune.engine._args import env_file_text, to_yaml_text
+from autotune.engine._command import SERVER_PLACEHOLDERS
 from autotune.engine._config import EngineConfig
 from autotune.engine._facts import EngineFacts, read_facts
 from autotune.engine._failures import Failure, classify_exit, served_failure
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_COMMAND = "{python} -m vllm.entrypoints.openai.api_server"
 # The offline (batch) trial's child program; `--config`, `--prompts` and `--out` are appended.
 DEFAULT_OFFLINE_COMMAND = "{python} -m autotune.engine._offline_main"
-_PLACEHOLDERS = ("{config}", "{port}", "{host}")
+_PLACEHOLDERS = SERVER_PLACEHOLDERS
 
 
 class EngineError(Exception):

@@ -36,6 +36,7 @@ from autotune.devices import (
     run_tool,
 )
 from autotune.engine._args import env_file_text, to_yaml_text
+from autotune.engine._command import OFFLINE_PLACEHOLDERS
 from autotune.engine._config import EngineConfig
 from autotune.engine._facts import EngineFacts, parse_facts
 from autotune.engine._failures import Failure, classify_exit
@@ -47,7 +48,7 @@ from autotune.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 
-_PLACEHOLDERS = ("{config}", "{prompts}", "{out}")
+_PLACEHOLDERS = OFFLINE_PLACEHOLDERS
 # Options of vLLM's server front end that `vllm.LLM` does not take (checked against vLLM
 # 0.32's EngineArgs and LLM signature; the child checks again with the installed vLLM).
 SERVER_ONLY_OPTIONS = SERVER_OPTIONS - {"chat_template", "profiler_config", "reasoning_parser"}

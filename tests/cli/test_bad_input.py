@@ -302,6 +302,18 @@ ROWS = [
     ),
     row("tiny-model-seed-huge", ["make-tiny-model", "files/tm", "--seed", "9" * 20], "--seed"),
     row("tiny-model-name-long", ["make-tiny-model", LONG], "PATH"),
+    # Issue 49: an engine command this host cannot run, and requests that contradict
+    # themselves, refused before the study exists (tests/cli/test_hostile_input.py has a row
+    # per class).
+    row(
+        "tune-engine-program-missing",
+        tune("--engine-command", "nosuchprog --serve"),
+        "nosuchprog: no such program on PATH",
+        process=True,
+    ),
+    row("tune-engine-placeholder-typo", tune("--engine-command", "vllm {prot}"), "{prot}"),
+    row("tune-slo-on-a-maximized", tune("--slo", "output_throughput=900"), "--slo output_thr"),
+    row("tune-storage-in-memory", tune("--storage", "sqlite://"), "--storage sqlite://"),
     row(
         "heartbeat-env-inf",
         ["show", "s1", "--root", "studies"],

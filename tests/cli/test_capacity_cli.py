@@ -12,10 +12,18 @@ from autotune.store import StudyStore
 TuneArgv = Callable[..., list[str | Path]]
 
 
+def capacity_argv(tune_argv: TuneArgv, study: str, *more: str) -> list[str | Path]:
+    """A capacity study's `tune` line: without the fixed-load `--rate` of the others (the
+    search sets each level's rate; a --rate beside it is refused)."""
+    argv = tune_argv(study, "--load", "capacity", *more)
+    at = argv.index("--rate")
+    return argv[:at] + argv[at + 2 :]
+
+
 def test_capacity_is_each_trials_objective(
     tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object]
 ) -> None:
-    argv = tune_argv("cap", "--trials", "2", "--load", "capacity", "--slo", "p99_ttft_ms=60000")
+    argv = capacity_argv(tune_argv, "cap", "--trials", "2", "--slo", "p99_ttft_ms=60000")
     result = cli(*argv)
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     root = tmp_path / "studies"
@@ -38,7 +46,7 @@ def test_capacity_is_each_trials_objective(
 def test_capacity_without_an_slo_is_one_error_line(
     tune_argv: TuneArgv, cli: Callable[..., object]
 ) -> None:
-    result = cli(*tune_argv("x", "--load", "capacity"))
+    result = cli(*capacity_argv(tune_argv, "x"))
     assert result.exit_code == 2  # type: ignore[attr-defined]
     (line,) = result.output.strip().splitlines()  # type: ignore[attr-defined]
     assert "a capacity search needs at least one SLO" in line
@@ -55,7 +63,7 @@ def test_an_unknown_load_mode_is_one_error_line(
 def test_size_answers_the_fewest_devices_for_a_rate(
     tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object]
 ) -> None:
-    argv = tune_argv("sz", "--trials", "2", "--load", "capacity", "--slo", "p99_ttft_ms=60000")
+    argv = capacity_argv(tune_argv, "sz", "--trials", "2", "--slo", "p99_ttft_ms=60000")
     assert cli(*argv).exit_code == 0  # type: ignore[attr-defined]
     root = tmp_path / "studies"
     store = StudyStore(f"sqlite:///{root / 'sz' / 'study.db'}", create=False)

@@ -114,6 +114,34 @@ root: {root}
         (["--space", "{alike_space}"], '"true" and choices[0] true are one value to the engine'),
         # Issue 45, item 5: the offline scenario refuses a server command, never ignores it.
         (["--scenario", "offline"], "--engine-command (engine.command) starts a server"),
+        # Issue 49: what passed the checks, created the study and failed at its first launch.
+        # The engine command's words (braces doubled: the rows are formatted with the files);
+        # each would start a server that never answers the tuner.
+        (["--engine-command", "{{python}} x.py --port {{prot}}"], "(did you mean '{port}'?)"),
+        (["--engine-command", "{{python}} x.py {{config}} {{config}}"], "{config} appears 2 times"),
+        (["--engine-command", "{{python}} x.py --port {{port}}"], "names {port} but not {config}"),
+        (["--engine-command", "vllm serve && echo up"], "'&&' is a shell operator"),
+        (["--engine-command", "{{python}} x.py --model /m"], "gives --model itself"),
+        # The program it starts, on this host.
+        (["--engine-command", "nosuchprog --x"], "nosuchprog: no such program on PATH"),
+        (["--engine-command", "{{python}} -m nosuchmodule.api"], "has no module named 'nosuch"),
+        (["--engine-command", "{tmp}/nosuch.py"], "nosuch.py: no such file"),
+        (["--engine-command", "{noexec}"], "noexec.sh: not executable"),
+        (["--engine-command", "{{python}} {tmp}/nosuch.py"], "nosuch.py: no such script"),
+        # Options the tuner sets for each trial; a study kept nowhere.
+        (["--option", "port=8001"], "port is the tuner's to set for each trial"),
+        (["--storage", "sqlite://"], "an in-memory database is gone when the command ends"),
+        # Requests accepted with exit 0 while a flag contradicted another, or that no trial
+        # could meet: one line, nothing made.
+        (["--load", "capacity", "--slo", "p99_ttft_ms=9"], "--rate with --load capacity: a"),
+        (["--confirm", "1", "--trials", "1"], "--confirm 1 with --trials 1: the confirm step"),
+        (["--objective", "p99_ttft_ms:min", "--objective", "p99_ttft_ms:max"], "given twice"),
+        (["--slo", "output_throughput=900"], "--slo output_throughput bounds it from above"),
+        (["--slo", "error_rate=baseline*2"], "a baseline without failed requests measures 0"),
+        (
+            ["--workload", "random:input=32,output=1,prompts=8", "--slo", "p99_tpot_ms=50"],
+            "--slo p99_tpot_ms: every request of the workload generates 1 token",
+        ),
     ],
     ids=[
         "trials-huge",
@@ -135,6 +163,12 @@ root: {root}
         *("spec-device", "spec-fifo", "spec-huge", "space-device", "space-huge"),
         *("baseline-device", "baseline-fifo", "dataset-device", "dataset-fifo"),
         *("choices-alike", "offline-engine-command"),
+        *("engine-placeholder-typo", "engine-placeholder-twice", "engine-placeholders-partial"),
+        *("engine-shell-operator", "engine-launcher-flag", "engine-program-missing"),
+        *("engine-module-missing", "engine-file-missing", "engine-not-executable"),
+        *("engine-script-missing", "option-the-tuners", "storage-in-memory"),
+        *("capacity-rate", "confirm-one-trial", "objective-twice", "slo-on-a-maximized"),
+        *("relative-error-rate", "slo-between-no-tokens"),
     ],
 )
 def test_a_flag_that_failed_deep_inside_is_one_line(
@@ -166,12 +200,14 @@ def hostile_files(folder: Path) -> dict[str, Path]:
         "parameters:\n  - {name: enforce_eager, type: categorical, choices: [true, 'true'],"
         " baseline: true}\n"
     )
+    (folder / "noexec.sh").write_text('#!/bin/sh\nexec vllm serve "$@"\n')  # no +x
     return {
         "tmp": folder.parent,
         "fifo": folder / "fifo",
         "big": folder / "big.yaml",
         "inf_space": folder / "inf.yaml",
         "alike_space": folder / "alike.yaml",
+        "noexec": folder / "noexec.sh",
     }
 
 
@@ -201,6 +237,12 @@ def hostile_files(folder: Path) -> dict[str, Path]:
         ('storage: "sqlite:///db\\0x"\n', "holds a control character ('\\x00')"),
         ('warm_start: "x"\nspec_space: 1\n', "spec_space: unknown field"),
         ("engine: {options: {max_model_len: 0}}\n", "max_model_len: must be >= 1 (got 0)"),
+        # Issue 49: the offline batch program's words, and what an offline batch cannot measure.
+        (
+            "scenario: offline\nengine: {offline_command: '{python} b.py --config {config}'}\n",
+            "engine.offline_command: names {config} but not {prompts} and {out}",
+        ),
+        ("scenario: offline\nslos: {p99_itl_ms: 50}\n", "an offline batch streams nothing"),
     ],
     ids=[
         *("trials-huge", "duplicate-key", "trials-yes", "option-mapping", "no-objectives"),
@@ -208,6 +250,7 @@ def hostile_files(folder: Path) -> dict[str, Path]:
         *("seed-2**32", "startup-inf", "hang-nan", "margin-inf"),
         *("error-rate-nan", "factor-inf", "slo-factor-inf", "baseline-inf", "baseline-huge"),
         *("storage-nul", "unknown-field", "option-zero"),
+        *("offline-placeholders-partial", "offline-itl"),
     ],
 )
 def test_a_spec_that_failed_deep_inside_is_one_line(
