@@ -8,7 +8,9 @@ read into a `SimConfig` over the landscape's vLLM defaults. A config that does n
 start-up with vLLM's own message (CUDA OOM, no memory for the cache blocks, or the KV-capacity
 check) and exits 1. Otherwise it serves `/health`, `/version`, `/v1/models` and streaming
 `/v1/completions` (usage in the last chunk), stepping the same `Scheduler` as `simulate`: one
-step of simulated seconds lasts that times `SIM_TIME_SCALE` of wall time.
+step of simulated seconds lasts that times `SIM_TIME_SCALE` of wall time. `/sim/timekeeping`
+says how far behind that schedule it ran at worst (`behind_s`, wall seconds): a starved
+process delivers late.
 
 Environment: SIM_LANDSCAPE; SIM_TIME_SCALE (1.0); SIM_CHUNK_TOKENS (8: tokens per SSE event
 after the first); SIM_NOISE (0: a start-to-start factor uniform in 1 +- NOISE on step times,
@@ -140,6 +142,9 @@ class Engine:
         self.wake = asyncio.Event()
         self.t0 = time.perf_counter()
         self.next_id = 0
+        # How far behind its schedule a step was committed, at worst (wall seconds): a starved
+        # process delivers late what `simulate` times exactly (GET /sim/timekeeping).
+        self.behind_s = 0.0
 
     def sim_now(self) -> float:
         return (time.perf_counter() - self.t0) / self.scale
@@ -162,9 +167,10 @@ class Engine:
                 sched.now = max(sched.now, self.sim_now())  # idle time passes
             step = sched.plan()
             end = sched.now + step.duration * self.noise.factor()
-            delay = self.t0 + end * self.scale - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            due = self.t0 + end * self.scale
+            if due > time.perf_counter():
+                await asyncio.sleep(due - time.perf_counter())
+            self.behind_s = max(self.behind_s, time.perf_counter() - due)
             for r in sched.commit(step, end):
                 self.queues[r.rid].put_nowait(r.generated)
                 if r.finish is not None:
@@ -245,6 +251,8 @@ async def handle(
         method, path, raw = await read_request(reader)
         if method == "GET" and path == "/health":
             await respond(writer, 200, None)
+        elif method == "GET" and path == "/sim/timekeeping":
+            await respond(writer, 200, {"behind_s": engine.behind_s})
         elif method == "GET" and path == "/version":
             await respond(writer, 200, {"version": "0.32.0-sim"})
         elif method == "GET" and path == "/v1/models":

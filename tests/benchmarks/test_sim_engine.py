@@ -22,7 +22,13 @@ from sim.landscapes import LANDSCAPES  # noqa: E402
 from sim.model import memory_plan  # noqa: E402
 from sim.simulate import SimWorkload, simulate  # noqa: E402
 
-from autotune.bench import LoadProfile, RequestSpec, run_benchmark, summarize  # noqa: E402
+from autotune.bench import (  # noqa: E402
+    LoadProfile,
+    RequestSpec,
+    StallWatch,
+    run_benchmark,
+    summarize,
+)
 from autotune.engine import classify_log  # noqa: E402
 
 SERVER = REPO / "benchmarks" / "sim" / "server.py"
@@ -130,8 +136,11 @@ def _start(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _ready(proc: subprocess.Popen[bytes], port: int) -> None:
-    for _ in range(200):
-        assert proc.poll() is None
+    """Until the server answers /health; its exit fails at once, and the deadline bounds only a
+    hang (a start on a busy host takes what it takes)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the server exited before it served"
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
                 return
@@ -153,6 +162,11 @@ def _spearman(a: list[float], b: list[float]) -> float:
 
 
 def test_server_matches_simulate(tmp_path: Path) -> None:
+    """The tuner's client, measuring the server in real time, reads the makespan `simulate`
+    computes, within the host's own lateness: the server says how far behind its schedule it
+    committed a step (/sim/timekeeping), and the client's loop how late it woke (StallWatch),
+    since a starved process delivers or stamps late what `simulate` times exactly (on a busy
+    2-core host the client once read 2,407 tok/s of 2,928; issue 49). Never faster."""
     requests = [RequestSpec(prompt=[7] * 128, max_tokens=32) for _ in range(96)]
     work = SimWorkload(tuple((128, 32) for _ in requests), concurrency=96)
     measured, simulated = [], []
@@ -161,31 +175,34 @@ def test_server_matches_simulate(tmp_path: Path) -> None:
         config.write_text(f"model: sim\nmax-num-seqs: {seqs}\nmax_num_batched_tokens: 4096\n")
         port = _port()
         proc = _start(config, port, tmp_path / f"{seqs}.log")
+        watch = StallWatch(tick_s=0.01)
         try:
             _ready(proc, port)
-            started = time.perf_counter()
             records = run_benchmark(
-                f"http://127.0.0.1:{port}", "sim", [], requests, LoadProfile(concurrency=96)
-            )
-            wall = time.perf_counter() - started
+                f"http://127.0.0.1:{port}", "sim", [], requests, LoadProfile(concurrency=96),
+                stalls=watch,
+            )  # fmt: skip
+            timekeeping = httpx.get(f"http://127.0.0.1:{port}/sim/timekeeping").json()
         finally:
             proc.terminate()
-            proc.wait(10)
+            proc.wait(60)
         summary = summarize(records)
         assert summary.errors == 0
         truth = simulate(
             LLAMA.hardware, llama(max_num_seqs=seqs, max_num_batched_tokens=4096), work
         )
-        measured.append(summary.output_throughput)
+        late = sum(watch.lags) + timekeeping["behind_s"]
+        measured.append(summary.run_output_throughput)
         simulated.append(truth.output_throughput)
-        share = summary.output_throughput / truth.output_throughput
         print(
-            f"max_num_seqs {seqs}: measured {summary.output_throughput:.0f} tok/s, simulated "
-            f"{truth.output_throughput:.0f} ({share:.1%}), wall {wall:.2f} s"
+            f"max_num_seqs {seqs}: makespan {summary.duration_s:.3f} s, simulated "
+            f"{truth.duration_s:.3f} s; the host late {late:.3f} s (client "
+            f"{sum(watch.lags):.3f}, server {timekeeping['behind_s']:.3f})"
         )
-        # The client and server share a 2-core host: at 96 streams the client lags a little.
+        # At 96 streams the client lags a little even on an idle host (its own parsing).
         rel = 0.15 if seqs <= 32 else 0.25
-        assert summary.output_throughput == pytest.approx(truth.output_throughput, rel=rel)
+        assert summary.duration_s >= (1 - rel) * truth.duration_s
+        assert summary.duration_s <= (1 + rel) * truth.duration_s + late
     rho = _spearman(measured, simulated)
     print(f"Spearman rank correlation, measured vs simulated: {rho:.2f}")
     assert rho >= 0.9
@@ -197,5 +214,5 @@ def test_server_oom_and_kv_capacity_are_classified(tmp_path: Path) -> None:
         config.write_text(f"gpu-memory-utilization: {util}\nmax_num_batched_tokens: 1024\n")
         log = tmp_path / f"{util}.log"
         proc = _start(config, _port(), log)
-        assert proc.wait(20) == 1
+        assert proc.wait(120) == 1  # bounds a hang: the start fails at once, however slowly
         assert classify_log(log.read_text()).kind == kind, log.read_text()
