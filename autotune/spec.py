@@ -225,7 +225,20 @@ class TuneSpec(BaseModel):
         description="After the budget, re-measure this many top front configs and the "
         "baseline in alternating rounds; the winner is picked by median minus spread",
     )
-    confirm_rounds: int = Field(default=3, ge=1, le=MAX_ROUNDS, description="Confirm rounds")
+    confirm_rounds: int = Field(
+        default=6,
+        ge=1,
+        le=MAX_ROUNDS,
+        description="Confirm rounds at most: the step stops as soon as its sequential interval "
+        "decides (a gain, none worth deploying, or worse)",
+    )
+    min_gain: float = Field(
+        default=0.05,
+        gt=0,
+        le=1,
+        description="The smallest gain worth deploying: a confirm step whose interval lies "
+        "within +- this of 0 stops and keeps your defaults",
+    )
     precision: Precision | None = Field(
         default_factory=Precision,
         description="Each trial's run goes on, batch after batch on its engine, until it is "

@@ -40,7 +40,7 @@ from autotune.bench._percentiles import (
     slo_percentile,
     thin_percentiles,
 )
-from autotune.bench._precision import Precision, sized
+from autotune.bench._precision import Precision, degraded, sized
 from autotune.bench._records import RequestRecord, read_records, write_records
 from autotune.bench._requests import build_requests, longest_request
 from autotune.bench._run import run_benchmark
@@ -104,6 +104,7 @@ __all__ = [
     "build_requests",
     "check_installed",
     "check_workload",
+    "degraded",
     "find_capacity",
     "find_stall",
     "longest_request",

@@ -18,6 +18,7 @@ it is kept with the trial (`TrialFacts.sized`).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -109,3 +110,17 @@ def _seconds(batch: Sequence[RequestRecord]) -> float:
 def _rate_text(runs: Sequence[Sequence[RequestRecord]]) -> str:
     half = relative_halfwidth(rate_batches(runs))
     return f"output rate +-{half:.1%}" if math.isfinite(half) else "output rate not bounded"
+
+
+def degraded(values: Sequence[float], floor: float = 0.25, k: float = 4.0) -> bool:
+    """Whether the last of `values` (a config's rates, one per run) departs from the others by
+    more than their own noise allows: its log more than `k` robust sd (1.4826 x the median
+    absolute deviation of the others' logs) and more than `floor` from their median. Needs
+    three others; False with fewer or a value that is not positive."""
+    *others, last = values
+    if len(others) < 3 or last <= 0 or any(v <= 0 for v in others):
+        return False
+    logs = [math.log(v) for v in others]
+    centre = statistics.median(logs)
+    sd = 1.4826 * statistics.median(abs(x - centre) for x in logs)
+    return abs(math.log(last) - centre) > max(floor, k * sd)

@@ -259,10 +259,14 @@ def _status(t: TrialRecord, limit: int | None = None) -> str:
 
 
 def voided_text(engine: TrialFacts) -> str:
-    """Runs made again because the tuner stood still in them (bench/_stall.py)."""
+    """Runs made again: the tuner stood still in them (bench/_stall.py), or their rate departed
+    from the trial's other batches (a degraded run)."""
     voided = engine.voided or []
-    stalls = ", ".join(f"{v.stall_s:.1f} s" for v in voided)
-    return f"{len(voided)} run{'s' if len(voided) > 1 else ''} voided: the tuner stalled {stalls}"
+    stalls = [f"{v.stall_s:.1f} s" for v in voided if v.stall_s is not None]
+    why = [f"the tuner stalled {', '.join(stalls)}"] if stalls else []
+    if any(v.reason == "degraded" for v in voided):
+        why.append(f"{sum(v.reason == 'degraded' for v in voided)} degraded")
+    return f"{len(voided)} run{'s' if len(voided) > 1 else ''} voided: {'; '.join(why)}"
 
 
 def _infeasible(t: TrialRecord) -> str:

@@ -231,7 +231,12 @@ def tune(
         ),
     ] = None,
     confirm_rounds: Annotated[
-        int | None, typer.Option(help="Rounds of --confirm", show_default=_spec("confirm_rounds"))
+        int | None,
+        typer.Option(help="Rounds of --confirm, at most", show_default=_spec("confirm_rounds")),
+    ] = None,
+    min_gain: Annotated[
+        float | None,
+        typer.Option(help="Smallest gain worth deploying", show_default=_spec("min_gain")),
     ] = None,
     spec: Annotated[Path | None, typer.Option(help="tune.yaml holding any of these fields")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
@@ -380,7 +385,7 @@ def run_confirm(
 def confirm(
     study: Annotated[str, typer.Argument(help="Study name")],
     top: Annotated[int, typer.Option(help="Front configs to re-measure (plus the baseline)")] = 2,
-    rounds: Annotated[int, typer.Option(help="Alternating rounds")] = 3,
+    rounds: Annotated[int, typer.Option(help="Alternating rounds, at most")] = 6,
     storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")] = (
         None
     ),
@@ -394,8 +399,9 @@ def confirm(
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Re-measure a study's best configs and its baseline side by side, in alternating rounds:
-    a config wins only on a gain over the baseline whose 90% interval is above 0."""
+    """Re-measure a study's best configs and its baseline side by side, in alternating rounds,
+    until a sequential interval decides: a config wins only on a gain over the baseline whose
+    interval (90% over every look) is above 0 and not within the smallest gain worth deploying."""
     setup_logging(verbose)
     with cli_errors():
         check_confirm(top, rounds)

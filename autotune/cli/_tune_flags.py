@@ -19,7 +19,7 @@ def tune_overrides(flags: dict[str, Any]) -> dict[str, Any]:
     for key in (
         *("search", "sampler", "seed", "served_model_name", "repair", "devices", "warm_start"),
         *("repeats", "prune", "confirm", "confirm_rounds", "scenario", "remeasure", "screen"),
-        *("device_cost_per_hour", "reingest", "min_agreement"),
+        *("device_cost_per_hour", "reingest", "min_agreement", "min_gain"),
     ):
         if flags[key] is not None:
             out[key] = flags[key]

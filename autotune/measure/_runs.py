@@ -25,6 +25,7 @@ from autotune.bench import (
     RequestRecord,
     StallWatch,
     Summary,
+    degraded,
     find_capacity,
     run_benchmark,
     sized,
@@ -127,15 +128,20 @@ class Runner:
             warmup, requests = (), self.plan.requests_for(_VOID_DRAW + len(self.voided))
 
     def _void(self, records: list[RequestRecord], lag_s: float, limit_s: float, why: str) -> None:
-        name = f"{layout.VOIDED_DIR}/{layout.run_records(len(self.voided))}"
-        (self.trial_dir / layout.VOIDED_DIR).mkdir(parents=True, exist_ok=True)
-        write_records(self.trial_dir / name, records)
+        name = self._keep_voided(records, why)
         self.voided.append(
             VoidedRun(stall_s=round(lag_s, 3), limit_s=round(limit_s, 3), records=name)
         )
+        stalls = [v for v in self.voided if v.reason == "stall"]
+        if len(stalls) > MAX_VOIDED:
+            raise TunerStalled(stalls)
+
+    def _keep_voided(self, records: list[RequestRecord], why: str) -> str:
+        name = f"{layout.VOIDED_DIR}/{layout.run_records(len(self.voided))}"
+        (self.trial_dir / layout.VOIDED_DIR).mkdir(parents=True, exist_ok=True)
+        write_records(self.trial_dir / name, records)
         logger.warning("%s: run voided and made again: %s", self.trial_dir.name, why)
-        if len(self.voided) > MAX_VOIDED:
-            raise TunerStalled(self.voided)
+        return name
 
     def _batches(self) -> PlanRuns:
         """Batches of the workload on one engine (warm-up before the first; each batch its own
@@ -147,20 +153,34 @@ class Runner:
         folder = self.trial_dir / layout.RUNS_DIR
         folder.mkdir(parents=True, exist_ok=True)
         runs: list[list[RequestRecord]] = []
+        rates: list[float] = []
+        attempts = 0  # batches sent, voided ones included: each draws prompts of its own
         while True:
             k = len(runs)
             warmup = plan.warmup if k == 0 else ()
-            records = self.run(warmup, plan.requests_for(k), plan.profile)
+            records = self.run(warmup, plan.requests_for(attempts), plan.profile)
+            attempts += 1
+            rate = summarize(records, plan.slos).output_throughput
+            if degraded([*rates, rate]) and self._degraded() < MAX_VOIDED:
+                name = self._keep_voided(
+                    records, f"degraded: its rate {rate:,.0f} departs from the batches before it"
+                )
+                self.voided.append(VoidedRun(records=name, reason="degraded"))
+                continue
             write_records(folder / layout.run_records(k), records)
             runs.append(records)
+            rates.append(rate)
             if plan.precision is None:
                 if len(runs) >= plan.repeats:
                     break
-            elif (why := sized(runs, plan.slos, plan.precision, plan.repeats)) is not None:
-                self.sized = why
+            elif (ended := sized(runs, plan.slos, plan.precision, plan.repeats)) is not None:
+                self.sized = ended
                 break
         by_rate = sorted(runs, key=lambda run: summarize(run, plan.slos).output_throughput)
         return PlanRuns(by_rate[(len(runs) - 1) // 2], None, runs, self.voided)
+
+    def _degraded(self) -> int:
+        return sum(v.reason == "degraded" for v in self.voided)
 
     def _capacity(self) -> PlanRuns:
         plan = self.plan

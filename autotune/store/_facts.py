@@ -40,13 +40,17 @@ class Cost(BaseModel):
 
 
 class VoidedRun(BaseModel):
-    """A run left out of the trial's measurement: the tuner itself stood still while it ran
-    (`autotune.bench.StallWatch`), so its tokens were stamped late. Its records are kept in
-    `voided/run-K.jsonl`; the run was made again."""
+    """A run left out of the trial's measurement and made again: the tuner itself stood still
+    while it ran (`autotune.bench.StallWatch`: its tokens were stamped late), or its rate
+    departed from the trial's other batches by more than their noise allows (`degraded`, a bad
+    window of the host). Its records are kept in `voided/run-K.jsonl`."""
 
-    stall_s: float = Field(description="how long the tuner's own event loop stood still")
-    limit_s: float = Field(description="the stall limit of that run (floor, or 10x its lateness)")
+    stall_s: float | None = Field(
+        default=None, description="how long the tuner's own event loop stood still (a stall)"
+    )
+    limit_s: float | None = Field(default=None, description="the stall limit of that run")
     records: str = Field(default="", description="the voided run's records, in the trial folder")
+    reason: str = Field(default="stall", description="stall, or degraded: why it was voided")
 
 
 class TrialFacts(EngineFacts):

@@ -38,10 +38,11 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autotune import layout
+from autotune.bench import degraded
 from autotune.drift import compared
 from autotune.engine import EngineConfig
 from autotune.measure import Measure, Measurement
@@ -54,7 +55,8 @@ from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
 from autotune.study._harness import Harness, trial_engine_config
-from autotune.study._verdict import Bounds, ConfirmRun, evaluate
+from autotune.study._sequential import SMALLEST, look
+from autotune.study._verdict import Bounds, ConfirmRun, Stopping, evaluate, paired_gains
 
 CONFIRM_FILE = "confirm.json"
 
@@ -95,6 +97,8 @@ class Confirmer:
     # The engine config of a candidate's params, on devices leased as the trials' were
     # (`Harness.leased`); None: the host as a whole.
     configure: Callable[[dict[str, Any]], AbstractContextManager[EngineConfig]] | None = None
+    smallest: float = SMALLEST  # the smallest gain worth deploying (the step's equivalence)
+    degraded: list[dict[str, Any]] = field(default_factory=list)  # runs made again
 
     @classmethod
     def of(
@@ -114,6 +118,7 @@ class Confirmer:
             harness.measure,
             on_run=on_run,
             configure=harness.leased,
+            smallest=harness.spec.min_gain,
         )
 
     def run(self, top: int, rounds: int) -> dict[str, Any]:
@@ -145,21 +150,83 @@ class Confirmer:
         by_number = {t.number: t for t in chosen}
         # A second confirm step keeps the first's folders.
         stamp = result["started"].replace(":", "").replace("+0000", "Z")
-        for k in range(rounds):
-            for number in round_order(numbers, k):
-                trial = by_number[number]
-                folder = layout.confirm_run_dir(self.spec.study_dir, stamp, k, number)
-                with self._configured(trial.params) as config:
-                    m = self.measure(config, folder)
-                runs.append(self._run(k, number, m, metric, bounds))
-                self.on_run(k, number, len(runs), m)
-                self._keep(
-                    {**result, **evaluate(runs, numbers, direction, base_number, rounds, bounds)}
-                )
-        final = {**result, **evaluate(runs, numbers, direction, base_number, rounds, bounds)}
+        stop = Stopping(rounds, self.smallest)
+        active, done = list(numbers), 0
+        while done < rounds and stop.ended is None:
+            for number in round_order(active, done):
+                m = self._measured(done, number, by_number[number], stamp, metric, bounds, runs)
+                self.on_run(done, number, len(runs), m)
+                state = evaluate(runs, numbers, direction, base_number, done + 1, bounds, stop)
+                self._keep({**result, **state})
+            done += 1
+            stop = self._looked(runs, numbers, direction, base_number, done, bounds, stop)
+            active = [n for n in numbers if n not in stop.dropped]
+        stop = stop if stop.ended is not None else replace(stop, ended="budget")
+        result.update(rounds=done, max_rounds=rounds, ended=stop.ended, degraded=self.degraded)
+        final = {**result, **evaluate(runs, numbers, direction, base_number, done, bounds, stop)}
         final["finished"] = _now()
         self._keep(final)
         return final
+
+    def _measured(
+        self,
+        k: int,
+        number: int,
+        trial: TrialRecord,
+        stamp: str,
+        metric: str,
+        bounds: Bounds,
+        runs: list[ConfirmRun],
+    ) -> Measurement:
+        """Round `k`'s run of `trial`, appended to `runs`; a run that departs from the
+        config's earlier runs of the step by more than their own noise allows (`degraded`)
+        is made once again, in a folder of its own, and the step keeps both on disk and
+        notes it."""
+        folder = layout.confirm_run_dir(self.spec.study_dir, stamp, k, number)
+        with self._configured(trial.params) as config:
+            m = self.measure(config, folder)
+        run = self._run(k, number, m, metric, bounds)
+        earlier = [r.value for r in runs if r.trial == number and r.value is not None]
+        if run.value is not None and degraded([*earlier, run.value]):
+            again = folder.with_name(folder.name + "-again")
+            with self._configured(trial.params) as config:
+                m = self.measure(config, again)
+            redo = self._run(k, number, m, metric, bounds)
+            self.degraded.append(
+                {"round": k, "trial": number, "value": run.value, "again": redo.value}
+            )
+            run = redo
+        runs.append(run)
+        return m
+
+    @staticmethod
+    def _looked(
+        runs: Sequence[ConfirmRun],
+        numbers: Sequence[int],
+        direction: str,
+        base: int | None,
+        done: int,
+        bounds: Bounds,
+        stop: Stopping,
+    ) -> Stopping:
+        """The step after a round's look (`study/_sequential.py`): candidates whose gain's
+        interval lies below 0 are dropped; the step ends when none is left, or when the best
+        candidate's interval is above 0 or within the smallest gain worth deploying."""
+        if base is None:
+            return stop
+        dropped = set(stop.dropped)
+        for number in numbers:
+            if number == base or number in dropped:
+                continue
+            seen = look(paired_gains(runs, number, base, direction), stop.max_rounds, stop.smallest)
+            if seen is not None and seen.decision == "worse":
+                dropped.add(number)
+        stop = replace(stop, dropped=frozenset(dropped))
+        if all(n in dropped for n in numbers if n != base):
+            return replace(stop, ended="worse")
+        state = evaluate(runs, numbers, direction, base, done, bounds, stop)
+        decision = state["gain"].get("decision")
+        return replace(stop, ended=decision) if decision in ("gain", "equivalent") else stop
 
     def _configured(self, params: dict[str, Any]) -> AbstractContextManager[EngineConfig]:
         if self.configure is not None:

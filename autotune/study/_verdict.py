@@ -14,6 +14,7 @@ from typing import Any
 from autotune.bench import t_quantile
 from autotune.selection import BASIS_ATTR, SLOS_ATTR
 from autotune.spec import TuneSpec
+from autotune.study._sequential import ERROR, SMALLEST, look
 
 LEVEL = 0.90  # the gain's interval: two-sided
 
@@ -68,6 +69,18 @@ class Bounds:
         return value / bound if bound > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class Stopping:
+    """A sequential step's state (`study/_sequential.py`): its most rounds, the smallest gain
+    worth deploying, the candidates it dropped as worse than the defaults, whether it ended
+    and why (`gain`, `worse`, `equivalent`, `budget`)."""
+
+    max_rounds: int
+    smallest: float = SMALLEST
+    dropped: frozenset[int] = frozenset()
+    ended: str | None = None
+
+
 def evaluate(
     runs: Sequence[ConfirmRun],
     numbers: Sequence[int],
@@ -75,9 +88,14 @@ def evaluate(
     baseline_number: int | None,
     rounds: int,
     bounds: Bounds | None = None,
+    stopping: Stopping | None = None,
 ) -> dict[str, Any]:
-    """Per-candidate statistics, the best candidate, its gain over the baseline, the winner."""
+    """Per-candidate statistics, the best candidate, its gain over the baseline, the winner.
+    `rounds`: the rounds run so far. With `stopping`, the gain is the sequential look's
+    interval and the verdict waits for the step to end; without, a fixed 90% interval over
+    `rounds` rounds, judged once they are all in."""
     bounds = bounds or Bounds()
+    dropped = stopping.dropped if stopping is not None else frozenset()
     sign = 1.0 if direction == "maximize" else -1.0
     base_runs = {r.round: r for r in runs if r.trial == baseline_number}
     stats: dict[str, dict[str, Any]] = {}
@@ -99,9 +117,11 @@ def evaluate(
             "conservative": conservative,
             "slos": slos,
             "holds": holds,
-            "qualified": len(values) == len(mine) == rounds and holds,
+            "qualified": len(values) == len(mine) == rounds and holds and number not in dropped,
             "device_s": round(sum(r.device_s for r in mine), 2),
         }
+        if number in dropped:
+            stats[str(number)]["dropped"] = True
     qualified = [n for n in numbers if stats[str(n)]["qualified"]]
     contenders = [n for n in qualified if n != baseline_number]
     best = (
@@ -110,13 +130,20 @@ def evaluate(
         else None
     )
     base_ok = baseline_number is not None and baseline_number in qualified
-    paired = gain(runs, best, baseline_number, direction)
-    winner, verdict = _verdict(best, baseline_number, base_ok, paired, stats)
-    if len(runs) < len(numbers) * rounds:  # kept after every run: a verdict needs them all
+    paired = gain(runs, best, baseline_number, direction, stopping)
+    winner, verdict = _verdict(best, baseline_number, base_ok, paired, stats, stopping)
+    n = len(runs)
+    if stopping is None and n < len(numbers) * rounds:  # a verdict needs them all
         winner = None
         verdict = (
-            f"no verdict: {len(runs)} of the step's {len(numbers) * rounds} runs were measured "
-            "(it is still running, or was stopped)"
+            f"no verdict: {n} of the step's {len(numbers) * rounds} runs were measured (it is "
+            "still running, or was stopped)"
+        )
+    elif stopping is not None and stopping.ended is None:
+        winner = None
+        verdict = (
+            f"no verdict: {n} run{'s' if n != 1 else ''} measured so far, of at most "
+            f"{stopping.max_rounds} rounds (it is still running, or was stopped)"
         )
     return {
         "candidates": stats,
@@ -147,12 +174,29 @@ def _slo_stats(
 
 
 def gain(
-    runs: Sequence[ConfirmRun], candidate: int | None, base: int | None, direction: str
+    runs: Sequence[ConfirmRun],
+    candidate: int | None,
+    base: int | None,
+    direction: str,
+    stopping: Stopping | None = None,
 ) -> dict[str, Any]:
     """`candidate`'s paired gain over the baseline, round by round, as a 90% interval
-    (`mean`, `low`, `high`; absent with fewer than 2 paired rounds)."""
+    (`mean`, `low`, `high`; absent with fewer than 2 paired rounds); with `stopping`, the
+    sequential look's interval at its per-look level and what it decides (`look`)."""
     if candidate is None or base is None or candidate == base:
         return {}
+    if stopping is not None:
+        gains = paired_gains(runs, candidate, base, direction)
+        seen = look(gains, stopping.max_rounds, stopping.smallest)
+        out: dict[str, Any] = {"paired": [round(g, 4) for g in gains]}
+        return out | seen.as_dict() if seen is not None else out
+    return _fixed(paired_gains(runs, candidate, base, direction))
+
+
+def paired_gains(
+    runs: Sequence[ConfirmRun], candidate: int, base: int, direction: str
+) -> list[float]:
+    """The candidate's gain over the baseline in each round both ran (better = positive)."""
     by_round: dict[int, dict[int, float | None]] = {}
     for r in runs:
         by_round.setdefault(r.round, {})[r.trial] = r.value
@@ -162,6 +206,11 @@ def gain(
         if w is None or b is None or w <= 0 or b <= 0:
             continue
         paired.append(w / b - 1 if direction == "maximize" else b / w - 1)
+    return paired
+
+
+def _fixed(paired: list[float]) -> dict[str, Any]:
+    """A fixed 90% t interval of the mean paired gain (absent with fewer than 2)."""
     out: dict[str, Any] = {"paired": [round(p, 4) for p in paired]}
     if len(paired) < 2:
         return out
@@ -177,6 +226,7 @@ def _verdict(
     base_ok: bool,
     paired: Mapping[str, Any],
     stats: Mapping[str, Mapping[str, Any]],
+    stopping: Stopping | None = None,
 ) -> tuple[int | None, str]:
     """The winner (what `export` deploys) and the verdict in words."""
     if best is None:
@@ -189,7 +239,7 @@ def _verdict(
         return None, f"no winner: {_nobody(stats)}"
     if base is None:
         return best, f"trial {best} (no baseline measured: no gain to report)"
-    span = _span(paired)
+    span = _span(paired, stopping)
     if not base_ok:
         mine = stats.get(str(base), {})
         if mine.get("holds"):  # it held them where it ran, but failed to run in a round
@@ -200,6 +250,11 @@ def _verdict(
             f"trial {best}: your defaults miss {missed} over the rounds; it holds them{span}",
         )
     low, high = paired.get("low"), paired.get("high")
+    if paired.get("decision") == "equivalent" and stopping is not None:  # before a gain
+        return base, (
+            f"no config is more than {stopping.smallest:.0%} better than your defaults; best "
+            f"candidate trial {best}{span}"
+        )
     if low is not None and low > 0:
         return best, f"trial {best}: gain {paired['mean']:+.1%} over your defaults{span}"
     if high is not None and high < 0:
@@ -210,11 +265,27 @@ def _verdict(
     return base, f"no config measured better than your defaults; best candidate trial {best}{span}"
 
 
-def _span(paired: Mapping[str, Any]) -> str:
+def _span(paired: Mapping[str, Any], stopping: Stopping | None = None) -> str:
     if paired.get("low") is None:
         n = len(paired.get("paired") or [])
         return f" (only {n} paired round{'s' if n != 1 else ''}: no interval)"
-    return f": {paired['low']:+.1%} to {paired['high']:+.1%} ({LEVEL:.0%} interval)"
+    if stopping is None:
+        return f": {paired['low']:+.1%} to {paired['high']:+.1%} ({LEVEL:.0%} interval)"
+    n = len(paired.get("paired") or [])
+    ended = ENDED.get(stopping.ended or "", "")
+    return (
+        f": {paired['low']:+.1%} to {paired['high']:+.1%} ({1 - ERROR:.0%} over the step's "
+        f"looks; {n} of at most {stopping.max_rounds} rounds{ended})"
+    )
+
+
+# What ended a sequential step, in the verdict's words.
+ENDED = {
+    "gain": ", ended by the gain's interval above 0",
+    "equivalent": ", ended by the interval within the smallest gain worth deploying",
+    "worse": ", ended by every candidate measured worse than the defaults",
+    "budget": ", ended by the budget of rounds",
+}
 
 
 def _nobody(stats: Mapping[str, Mapping[str, Any]], other: str = "") -> str:

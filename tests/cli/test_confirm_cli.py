@@ -156,7 +156,7 @@ def test_a_confirm_step_stopped_mid_way_shows_no_stale_verdict(
     assert tuned.exit_code == 130, tuned.output  # type: ignore[attr-defined]
     shown = cli("show", "k", "--root", tmp_path / "studies").output  # type: ignore[attr-defined]
     assert "no candidate held the SLOs" not in shown
-    assert "no verdict: 1 of the step's 6 runs were measured (it is still running, or was" in shown
+    assert "no verdict: 1 run measured so far, of at most 6 rounds (it is still running" in shown
 
 
 def test_a_confirm_step_with_nothing_to_re_measure_is_its_verdict_alone() -> None:

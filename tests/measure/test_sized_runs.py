@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from support import fake_settings
 
 from autotune.bench import LoadProfile, Precision, RequestSpec
@@ -56,3 +57,34 @@ def test_a_run_that_cannot_get_precise_stops_at_its_cap_and_says_so(tmp_path: Pa
     assert stored["engine"]["sized"] == m.engine.sized
     # The p99 of 72 requests cannot bound its tail: no upper end.
     assert m.summary is not None and m.summary.intervals["p99_ttft_ms"][1] == float("inf")
+
+
+def test_a_degraded_batch_is_voided_kept_and_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch 45% slower than the ones before it (a bad window of the host, not the config)
+    is left out of the trial's metrics, kept in voided/, and made again on other prompts."""
+    from autotune.bench import RequestRecord
+    from autotune.measure import _runs
+
+    steps = iter([0.02, 0.021, 0.019, 0.036, 0.02, 0.02])
+    drawn: list[int] = []
+
+    def scripted(url, model, warmup, requests, profile, **kwargs):  # type: ignore[no-untyped-def]
+        step = next(steps)
+        drawn.append(requests[0].prompt[0])
+        return [
+            RequestRecord(i, 0.0, step, tuple(step * (k + 1) for k in range(16)), 16 * step, 3, 16)
+            for i in range(len(requests))
+        ]
+
+    monkeypatch.setattr(_runs, "run_benchmark", scripted)
+    plan = Workplan(
+        [], requests(0), LoadProfile(concurrency=8), {}, repeats=5, rerun=requests
+    )  # fmt: skip
+    runner = _runs.Runner("http://x", "tiny", plan, None, tmp_path, lambda: None)
+    done = runner.run_plan()
+    assert len(done.runs) == 5 and len(list((tmp_path / "runs").glob("*.jsonl"))) == 5
+    (voided,) = runner.voided
+    assert voided.reason == "degraded" and (tmp_path / voided.records).exists()
+    assert drawn == [0, 1, 2, 3, 4, 5]  # the remade batch draws prompts of its own

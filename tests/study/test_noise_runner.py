@@ -402,3 +402,60 @@ def test_no_winner_says_what_each_candidate_missed(
     result = evaluate(runs, [1, 0], "maximize", 0, 3, bounds)
     assert result["winner"] is None
     assert result["gain"]["verdict"] == verdict
+
+
+@dataclass
+class ScriptedRates:
+    """Each config's rate, run by run, as scripted: `rates[max_num_seqs]` in turn."""
+
+    rates: dict[int, list[float]]
+    folders: list[Path] = field(default_factory=list)
+
+    def __call__(
+        self, config: EngineConfig, trial_dir: Path, judge: Judge | None = None
+    ) -> Measurement:
+        self.folders.append(trial_dir)
+        value = self.rates[int(config.args["max_num_seqs"])].pop(0)
+        summary = summarize(requests_of(64, 4)).model_copy(update={"output_throughput": value})
+        return Measurement("ok", "", summary, device_s=2.0)
+
+
+def test_a_clear_gain_ends_the_step_before_its_budget_and_says_so(
+    make_spec, space: SearchSpace, tmp_path: Path
+) -> None:
+    store, spec = noisy_study(make_spec, space, 0, tmp_path)  # trial 1 is max_num_seqs 64
+    # 64 is 30% faster than the defaults (128) in every round, give or take 1%.
+    rates = {128: [1000.0, 1010.0, 990.0] * 3, 64: [1300.0, 1290.0, 1310.0] * 3, 16: [1.0] * 9}
+    result = Confirmer(spec, space, store, ScriptedRates(rates)).run(top=1, rounds=8)
+    assert result["ended"] == "gain" and result["rounds"] == 3 < result["max_rounds"] == 8
+    assert result["winner"] == 1 and result["gain"]["decision"] == "gain"
+    assert "ended by the gain's interval above 0" in result["gain"]["verdict"]
+    assert "3 of at most 8 rounds" in result["gain"]["verdict"]
+
+
+def test_a_twin_of_the_defaults_ends_the_step_as_no_gain_worth_deploying(
+    make_spec, space: SearchSpace, tmp_path: Path
+) -> None:
+    store, spec = noisy_study(make_spec, space, 0, tmp_path)
+    steady = [1000.0, 1002.0, 998.0, 1001.0, 999.0, 1000.0, 1001.0, 999.0]
+    rates = {128: list(steady), 64: [v + 1.0 for v in steady], 16: [1.0] * 8}
+    result = Confirmer(spec, space, store, ScriptedRates(rates)).run(top=1, rounds=8)
+    assert result["ended"] == "equivalent" and result["winner"] == 0
+    assert result["gain"]["verdict"].startswith(
+        "no config is more than 5% better than your defaults; best candidate trial 1"
+    )
+
+
+def test_a_degraded_run_is_made_again_and_both_are_kept(
+    make_spec, space: SearchSpace, tmp_path: Path
+) -> None:
+    store, spec = noisy_study(make_spec, space, 0, tmp_path)
+    # The defaults' fourth run comes in a bad window, 45% low; its remake is normal.
+    base = [1000.0, 1010.0, 990.0, 550.0, 1005.0, 995.0]
+    rates = {128: base, 64: [1000.0, 1300.0, 800.0, 1200.0, 900.0], 16: [1.0] * 9}
+    measure = ScriptedRates(rates)
+    result = Confirmer(spec, space, store, measure).run(top=1, rounds=4)
+    (redo,) = result["degraded"]
+    assert redo == {"round": 3, "trial": 0, "value": 550.0, "again": 1005.0}
+    assert result["candidates"]["0"]["values"][3] == 1005.0  # the remake counts
+    assert sum(f.name.endswith("-again") for f in measure.folders) == 1  # both on disk

@@ -1,0 +1,69 @@
+"""The confirm step's sequential looks: a false gain at its nominal rate over every look, a
+real one found in a few rounds, and a run that departs from its config's others made again."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import pytest
+
+from autotune.bench import degraded, t_quantile
+from autotune.study._sequential import look, per_look_level
+
+
+def first_decision(true_gain: float, sd: float, rounds: int, rng: random.Random, naive: bool):
+    """Round by round paired gains of a config `true_gain` better than the baseline, with
+    log-noise `sd` per round: what the first deciding look decides (`budget`: none did).
+    `naive`: a plain 90% interval at every look, the error the design avoids."""
+    gains: list[float] = []
+    for n in range(1, rounds + 1):
+        gains.append(math.expm1(math.log1p(true_gain) + rng.gauss(0, sd)))
+        if naive and n >= 3:
+            logs = [math.log1p(g) for g in gains]
+            half = t_quantile(n - 1, 0.9) * statistics.stdev(logs) / math.sqrt(n)
+            if statistics.fmean(logs) - half > 0:
+                return "gain"
+        elif not naive and (seen := look(gains, rounds)) is not None and seen.decision:
+            return seen.decision
+    return "budget"
+
+
+def share(decisions: list[str], kind: str) -> float:
+    return decisions.count(kind) / len(decisions)
+
+
+def test_a_zero_gain_is_claimed_at_its_nominal_rate_over_every_look() -> None:
+    # Paired noise of two 45 s runs of this host (sd of log rate 0.045 each): 0.064 a round.
+    rng = random.Random(3)
+    sequential = [first_decision(0.0, 0.064, 8, rng, naive=False) for _ in range(600)]
+    naive = [first_decision(0.0, 0.064, 8, rng, naive=True) for _ in range(600)]
+    assert share(sequential, "gain") <= 0.075  # 5% one-sided, nominal
+    assert share(naive, "gain") >= 0.09  # a 90% interval at every look claims about 13%
+
+
+def test_a_real_gain_is_found_in_a_few_rounds() -> None:
+    rng = random.Random(4)
+    found = [first_decision(0.15, 0.064, 6, rng, naive=False) for _ in range(300)]
+    assert share(found, "gain") >= 0.93 and "worse" not in found
+
+
+def test_the_per_look_level_spends_the_error_over_the_looks() -> None:
+    assert per_look_level(3) == pytest.approx(0.90)  # one look: the plain interval
+    assert 0.95 < per_look_level(6) < per_look_level(8) < 0.98
+
+
+def test_a_look_decides_gain_worse_or_no_gain_worth_deploying() -> None:
+    assert look([0.2, 0.21, 0.19], 6).decision == "gain"  # type: ignore[union-attr]
+    assert look([-0.2, -0.21, -0.19], 6).decision == "worse"  # type: ignore[union-attr]
+    close = look([0.01, -0.01, 0.0, 0.005, -0.004], 8)
+    assert close is not None and close.decision == "equivalent"
+    assert look([0.3, -0.2, 0.1], 6).decision is None  # type: ignore[union-attr]
+    assert look([0.2, 0.2], 6) is None  # two rounds: too few to look
+
+
+def test_a_run_far_from_its_configs_others_is_degraded() -> None:
+    assert degraded([1000.0, 1040.0, 980.0, 600.0])  # a bad window: 40% low
+    assert not degraded([1000.0, 1040.0, 980.0, 1010.0])
+    assert not degraded([1000.0, 1040.0, 600.0])  # two others: too few to say
