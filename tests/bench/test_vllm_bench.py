@@ -225,7 +225,7 @@ def test_the_guard_stops_vllm_bench_and_leaves_no_process(
     with pytest.raises(BenchmarkAborted) as caught:
         asyncio.run(client().run(REQUESTS, LoadProfile(concurrency=2), guard=guard))
     assert caught.value.abort.kind == (AbortKind.ENGINE if kind == "engine" else AbortKind.HANG)
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 150  # the guard, not the 300 s request timeout
     assert len(caught.value.records) == 3 and not any(r.ok for r in caught.value.records)
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 5

@@ -228,9 +228,9 @@ def test_follow_prints_new_lines_until_the_trial_ends(tmp_path: Path) -> None:
         assert follower.poll() is None  # still running: so is the trial
         ended = time.monotonic()
         study.tell(trial, [50.0])
-        out, err = follower.communicate(timeout=30)
+        out, err = follower.communicate(timeout=120)
     finally:
         follower.kill()
     assert follower.returncode == 0, err
     assert out == b"shutting down\n"
-    assert time.monotonic() - ended < 10  # noticed within a few polls of the store
+    assert time.monotonic() - ended < 60  # noticed by its polls of the store (1 s), not never

@@ -138,11 +138,11 @@ def test_the_command_serves_until_interrupted(studies: Studies) -> None:
             "/studies/s1 (Ctrl-C to stop)"
         )
         url = line.split(" at ", 1)[1].split()[0]
-        assert httpx.get(url, timeout=30).status_code == 200
+        assert httpx.get(url, timeout=300).status_code == 200  # bounds a hang
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            _, err = proc.communicate(timeout=30)
+            _, err = proc.communicate(timeout=300)
         except subprocess.TimeoutExpired:
             proc.kill()  # never left behind, even when it does not stop as it should
             proc.communicate()

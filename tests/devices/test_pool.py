@@ -22,6 +22,14 @@ from autotune.devices import (
 from devices.fake_host import fake_host
 
 
+def _until(check: Callable[[], bool]) -> None:
+    """Wait for `check()`, an event in another thread; the deadline bounds a hang only."""
+    deadline = time.monotonic() + 60
+    while not check():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.005)
+
+
 def npu_pool(smi_text: Callable[[str], str]) -> DevicePool:
     """The recorded 8 x 910B3 host: all pairs HCCS, NPUs paired by CPU affinity."""
     return DevicePool(
@@ -98,7 +106,7 @@ def test_acquire_waits_until_devices_are_released() -> None:
     time.sleep(0.05)
     assert got == [] and waiter.is_alive()
     held.release()
-    waiter.join(timeout=5)
+    waiter.join(timeout=60)
     assert got == [[0, 1]]
 
 
@@ -122,17 +130,17 @@ def test_requests_are_served_in_arrival_order() -> None:
 
     big = threading.Thread(target=take, args=("big", 4))
     big.start()
-    time.sleep(0.05)
+    _until(lambda: len(pool._queue) == 1)  # the big request waits first, however slow the host
     small = threading.Thread(target=take, args=("small", 1))
     small.start()
-    time.sleep(0.05)
+    _until(lambda: len(pool._queue) == 2)
     assert leases == {}  # one device is free, but the small request waits behind the big one
     first.release()
-    big.join(timeout=5)
+    big.join(timeout=60)
     time.sleep(0.05)
     assert list(leases) == ["big"] and leases["big"].ids == [0, 1, 2, 3]
     leases["big"].release()
-    small.join(timeout=5)
+    small.join(timeout=60)
     assert leases["small"].ids == [0]
 
 

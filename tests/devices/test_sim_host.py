@@ -82,8 +82,8 @@ def test_memory_follows_an_engine_and_is_released_after_the_delay(on_path: OnPat
     assert error is not None and classify_log(error).kind == TrialStatus.OOM
     release(state)
     started = time.monotonic()
-    result = wait_released("cuda", [os.getpid()], ["cuda:2", "cuda:3"], timeout_s=10, poll_s=0.05)
-    assert result.released and 0.4 < time.monotonic() - started < 3
+    result = wait_released("cuda", [os.getpid()], ["cuda:2", "cuda:3"], timeout_s=60, poll_s=0.05)
+    assert result.released and time.monotonic() - started > 0.4  # waited for the 0.6 s release
     assert usage(state)[1][2] == 263  # idle again
 
 

@@ -165,7 +165,7 @@ def test_env_file_is_read_back_by_bash(tmp_path: Path, key: str) -> None:
         text=True,
         check=True,
         env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"},
-        timeout=10,
+        timeout=60,
     )
     assert result.stdout == ENV[key]
     assert result.stderr == ""

@@ -75,7 +75,7 @@ class Runner:
 
 def run_server(settings: LaunchSettings, trial: Path, hold: Callable[[], None]) -> None:
     with launch(CONFIG, settings, trial) as engine:
-        assert httpx.get(f"{engine.url}/health", timeout=5).status_code == 200
+        assert httpx.get(f"{engine.url}/health", timeout=30).status_code == 200
         hold()
 
 
@@ -163,7 +163,7 @@ class GroupWatch:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=60)
 
     def _sample(self) -> None:
         while not self._stop.wait(0.02):
@@ -186,7 +186,7 @@ class GroupWatch:
         return [pid for pid, cmd in self.cmdlines.items() if "shared_memory" in cmd]
 
     def wait_for_grandchild(self) -> None:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not self.grandchildren():
             assert time.monotonic() < deadline, "the engine's child was never seen"
             time.sleep(0.02)
@@ -197,12 +197,12 @@ def test_oom_in_start_up_is_an_oom_noticed_at_once(runner: Runner, tmp_path: Pat
     started = time.monotonic()
     with pytest.raises(EngineError) as info:
         runner.run(runner.settings(tmp_path, "oom"), trial, lambda: None)
-    assert time.monotonic() - started < 3.0  # the death, not the 20 s deadline
+    assert time.monotonic() - started < 10.0  # the death, well before the 20 s deadline
     failure = info.value.failure
     assert failure.kind is TrialStatus.OOM
     assert re.fullmatch(runner.oom_reason, failure.reason)
     assert runner.oom_log in failure.log_tail
-    assert info.value.startup_s is not None and info.value.startup_s < 3.0
+    assert info.value.startup_s is not None and info.value.startup_s < 10.0
     assert not (trial / "engine.1.log").exists()  # no retry for an OOM
 
 
@@ -212,7 +212,7 @@ def test_a_start_up_that_never_gets_ready_times_out(runner: Runner, tmp_path: Pa
     with pytest.raises(EngineError) as info:
         runner.run(slow, tmp_path / "trial", lambda: None)
     elapsed = time.monotonic() - started
-    assert 2.0 <= elapsed < 6.0
+    assert 2.0 <= elapsed < 60  # the deadline, not the fake's 1 h of never getting ready
     assert info.value.failure.kind is TrialStatus.STARTUP_TIMEOUT
     assert info.value.failure.reason == runner.timeout_reason
     assert runner.first_line in info.value.failure.log_tail
@@ -226,7 +226,7 @@ def test_a_fatal_log_line_is_acted_on_before_the_process_exits(
     started = time.monotonic()
     with pytest.raises(EngineError) as info:
         runner.run(runner.settings(tmp_path, "fatal"), tmp_path / "trial", lambda: None)
-    assert time.monotonic() - started < 8  # grace 2 s and a kill, not the fake's 1 h sleep
+    assert time.monotonic() - started < 60  # grace 2 s and a kill, not the fake's 1 h sleep
     assert info.value.failure.kind is TrialStatus.OOM
     assert runner.fatal_reason in info.value.failure.reason
 

@@ -50,8 +50,8 @@ def settings(tmp_path: Path, env: dict[str, str] | None = None, **kwargs: Any) -
 def test_success_is_parsed_into_records(tmp_path: Path) -> None:
     trial = tmp_path / "trial"
     started = time.monotonic()
-    result = run_offline(CONFIG, settings(tmp_path), trial, PROMPTS, deadline_s=30)
-    assert time.monotonic() - started < 10
+    result = run_offline(CONFIG, settings(tmp_path), trial, PROMPTS, deadline_s=300)
+    assert time.monotonic() - started < 300  # done, not a hang (one would raise at 300 s)
     assert [r.index for r in result.records] == list(range(6))
     assert [r.output_tokens for r in result.records] == [8, 16] * 3
     assert [r.prompt_tokens for r in result.records] == [4, 2] * 3
@@ -114,7 +114,7 @@ def test_deadline_is_a_hang_and_nothing_is_left(tmp_path: Path) -> None:
     started = time.monotonic()
     with pytest.raises(EngineError) as info:
         run_offline(CONFIG, settings(tmp_path, env), tmp_path / "t", PROMPTS, deadline_s=1.0)
-    assert 1.0 <= time.monotonic() - started < 8
+    assert 1.0 <= time.monotonic() - started < 60  # the deadline, not the child's hang
     failure = info.value.failure
     assert failure.kind is TrialStatus.HANG
     assert failure.reason == "offline batch not done 1 s after start-up (deadline)"
@@ -133,7 +133,7 @@ def test_cancel_raises_keyboard_interrupt_after_teardown(tmp_path: Path) -> None
             run_offline(CONFIG, hang, tmp_path / "t", PROMPTS, deadline_s=60)
     finally:
         timer.cancel()
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # the cancel, not the 60 s deadline
     assert processes_mentioning(str(tmp_path)) == []
     assert not (tmp_path / "t" / "engine.pid").exists()
 
@@ -143,7 +143,7 @@ def test_a_child_that_lingers_after_its_result_is_ended(tmp_path: Path) -> None:
     started = time.monotonic()
     result = run_offline(CONFIG, settings(tmp_path, env, stop_timeout_s=1.0), tmp_path / "t",
                          PROMPTS, deadline_s=30)  # fmt: skip
-    assert time.monotonic() - started < 8
+    assert time.monotonic() - started < 50  # ended after its stop timeout, not its 100 s
     assert len(result.records) == len(PROMPTS)
 
 
