@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 
 from autotune.bench._records import RequestRecord
-from autotune.bench._steady import Window, steady_window
+from autotune.bench._steady import Window, steady_window, tokens_between
 
 LEVEL = 0.90  # two-sided
 MIN_BATCH_S = 0.5  # a rate's batch is at least this long
@@ -56,13 +56,9 @@ def rate_batches(runs: Sequence[Sequence[RequestRecord]]) -> list[float]:
             continue
         count = max(1, min(BATCHES, int(window.seconds // MIN_BATCH_S)))
         width = window.seconds / count
-        tokens = [0.0] * count
-        for r in good:
-            per_chunk = r.output_tokens / len(r.token_times)
-            for t in r.token_times:
-                if window.holds(t):
-                    tokens[min(count - 1, int((t - window.start) // width))] += per_chunk
-        rates += [n / width for n in tokens]
+        for k in range(count):
+            start = window.start + k * width
+            rates.append(sum(tokens_between(r, start, start + width) for r in good) / width)
     return rates
 
 

