@@ -11,16 +11,16 @@ a busy host is always a little late (the scheduler's time slices, the client's o
 and on a loaded host every run has its worst moment; that lateness is in every run and in the
 noise that the study's repeated runs measure. A stall is a lateness that stands out of the
 host's own: more than `FLOOR_S`, more than `FACTOR` times the run's 90th-percentile lateness,
-and, once the study has timed a run before (`Timekeeping`), more than `HISTORY_FACTOR` times the
-lower median of those runs' worst. The run it falls in says nothing of the config (`measure` runs it
-again).
+and, once the study has timed `HISTORY_MIN` runs before (`Timekeeping`), more than
+`HISTORY_FACTOR` times the upper quartile of those runs' worst. The run it falls in says
+nothing of the config (`measure` runs it again; a host that stalls in run after run keeps its
+third, said so: voiding it again would measure nothing better).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -29,12 +29,14 @@ from dataclasses import dataclass
 TICK_S = 0.05  # how often the ticker wakes
 # A stall is later than both: `FLOOR_S` (the scheduler's slices on a loaded host stay below
 # it) and `FACTOR` times the run's own 90th-percentile lateness.
-FLOOR_S = 0.1
+FLOOR_S = 0.25
 FACTOR = 10.0
-# ... and `HISTORY_FACTOR` times the (lower) median worst lateness of the study's runs before
-# it: a host whose every run has a 0.3 s moment has that as noise. The lower median of runs
-# that include one stopped for 4 s stays a normal run's.
+# ... and, once the study has timed `HISTORY_MIN` runs, `HISTORY_FACTOR` times the upper
+# quartile of their worst lateness: a host whose runs have a 0.3-1 s moment now and then (the
+# demo's, beside a test suite at load 6) has that as noise. The upper quartile of four runs,
+# one of them stopped for 4 s, is still a normal run's.
 HISTORY_FACTOR = 3.0
+HISTORY_MIN = 3
 
 
 @dataclass(frozen=True)
@@ -103,14 +105,18 @@ class StallWatch:
 
 def find_stall(lags: Sequence[float], before: Sequence[float] = ()) -> Stall | None:
     """The worst of `lags` if it is over `FLOOR_S`, over `FACTOR` times their 90th percentile
-    (the nearest rank) and, after runs `before` (their worst lateness each), over
-    `HISTORY_FACTOR` times their lower median; else None."""
+    (the nearest rank) and, after `HISTORY_MIN` runs `before` (their worst lateness each), over
+    `HISTORY_FACTOR` times their upper quartile; else None."""
     if not lags:
         return None
-    ordered = sorted(lags)
-    typical = ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
-    limit = max(FLOOR_S, FACTOR * typical)
-    if before:
-        limit = max(limit, HISTORY_FACTOR * statistics.median_low(before))
-    worst = ordered[-1]
+    limit = max(FLOOR_S, FACTOR * _rank(lags, 0.9))
+    if len(before) >= HISTORY_MIN:
+        limit = max(limit, HISTORY_FACTOR * _rank(before, 0.75))
+    worst = max(lags)
     return Stall(worst, limit) if worst > limit else None
+
+
+def _rank(values: Sequence[float], q: float) -> float:
+    """The q-quantile of `values` by the nearest rank."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]

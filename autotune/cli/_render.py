@@ -87,7 +87,7 @@ def _finished(console: Console, event: TrialFinished) -> None:
             f"{s.errors} errors{_counted(s)} (start-up {m.engine.startup_s or 0:.0f} s, "
             f"trial {m.device_s:.0f} s)"
         )
-    if m.engine.voided:
+    if m.engine.voided or m.engine.stall_kept_s:
         console.print(f"  [yellow]{voided_text(m.engine)}[/] (each made again; kept in voided/)")
     records = study_records(event.study)
     attrs = event.study.user_attrs
@@ -248,7 +248,7 @@ def _status(t: TrialRecord, limit: int | None = None) -> str:
         status += f" (repair of {t.repair_of})"
     if t.remeasure_of is not None:  # the incumbent run again (autotune.search._remeasure)
         status += f" (again: {t.remeasure_of})"
-    if t.engine.voided:
+    if t.engine.voided or t.engine.stall_kept_s:
         status += f" ({voided_text(t.engine)})"
     if not t.measured and t.reason:
         reason = failure_headline(t.reason)
@@ -266,7 +266,12 @@ def voided_text(engine: TrialFacts) -> str:
     why = [f"the tuner stalled {', '.join(stalls)}"] if stalls else []
     if any(v.reason == "degraded" for v in voided):
         why.append(f"{sum(v.reason == 'degraded' for v in voided)} degraded")
-    return f"{len(voided)} run{'s' if len(voided) > 1 else ''} voided: {'; '.join(why)}"
+    kept = (
+        f"; a run with a {engine.stall_kept_s:.1f} s stall kept (the host stalls run after run)"
+        if engine.stall_kept_s
+        else ""
+    )
+    return f"{len(voided)} run{'s' if len(voided) > 1 else ''} voided: {'; '.join(why)}{kept}"
 
 
 def _infeasible(t: TrialRecord) -> str:

@@ -64,7 +64,7 @@ from autotune.measure._agreement import (
     write_outputs,
 )
 from autotune.measure._prune import Judge
-from autotune.measure._runs import Runner, TunerStalled, too_many_errors
+from autotune.measure._runs import Runner, too_many_errors
 from autotune.status import TrialStatus
 from autotune.store import Abort, Cost, TrialFacts
 
@@ -182,8 +182,6 @@ def measure(
                 done = runner.run_plan()
             except LoadClientError as exc:  # the client itself failed: nothing was measured
                 _fail(result, Failure(TrialStatus.BENCHMARK_ERROR, str(exc)))
-            except TunerStalled as exc:
-                _fail(result, Failure(TrialStatus.ENVIRONMENT, str(exc)))
             except BenchmarkAborted as aborted:
                 _write_records(trial_dir, aborted.records)
                 result.engine.abort = Abort.now(str(aborted.abort.kind), aborted.abort.reason)
@@ -217,6 +215,7 @@ def measure(
                     result.summary = summary_of(result, plan.slos)
             finally:
                 result.engine.voided = list(runner.voided) or None
+                result.engine.stall_kept_s = runner.stall_kept
     except EngineError as exc:
         _fail(result, exc.failure)
         if exc.startup_s is not None:

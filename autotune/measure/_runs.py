@@ -3,7 +3,8 @@
 A plan runs once, `repeats` times, or level by level in a capacity search. A run counts only
 if the tuner itself kept time through it: a stall of the tuner's own process (`StallWatch`)
 voids the run, which is kept on disk and made again on other prompts of the workload, up to
-`MAX_VOIDED` times; after that the host, not the config, is at fault (`TunerStalled`). Once
+`MAX_VOIDED` times; after that the host stalls in run after run, and the next run is kept
+with the stall it had (`Runner.stall_kept`): voiding it again would measure nothing better. Once
 the runs are over, the trial counts only if its engine lived through them and its failed
 requests are within the study's bound (`verdict_after`).
 """
@@ -39,21 +40,9 @@ from autotune.store import VoidedRun
 
 logger = logging.getLogger(__name__)
 
-MAX_VOIDED = 2  # voided runs per trial before the trial fails as the host's
+MAX_VOIDED = 2  # runs voided per trial for each reason; then the next is kept, said so
 # A remade run's prompts: the workload drawn again past every repeat's and level's index.
 _VOID_DRAW = 1000
-
-
-class TunerStalled(Exception):
-    """Every try of a run stalled: the tuner could not keep time on this host."""
-
-    def __init__(self, voided: Sequence[VoidedRun]) -> None:
-        stalls = ", ".join(f"{v.stall_s:.1f} s" for v in voided)
-        super().__init__(
-            f"the tuner's own process stood still in {len(voided)} runs in a row ({stalls}): "
-            "the host is overloaded, swapping or stopping it; nothing was learned of the config"
-        )
-        self.voided = list(voided)
 
 
 @dataclass
@@ -86,6 +75,7 @@ class Runner:
         self.trial_dir, self.before_measured = trial_dir, before_measured
         self.voided: list[VoidedRun] = []
         self.sized: str | None = None  # why the batches ended (`bench.sized`)
+        self.stall_kept: float | None = None  # the stall of a run kept after MAX_VOIDED
 
     def run_plan(self) -> PlanRuns:
         """The plan's benchmark: its requests at its load, in batches until it is precise
@@ -124,6 +114,10 @@ class Runner:
                 stall = watch.stall(self.plan.timekeeping)
             if stall is None:
                 return records
+            if self._stalls() >= MAX_VOIDED:  # the host stalls run after run: keep, say so
+                self.stall_kept = max(self.stall_kept or 0.0, round(stall.lag_s, 3))
+                logger.warning("%s: run kept: %s", self.trial_dir.name, stall.reason)
+                return records
             self._void(records, stall.lag_s, stall.limit_s, stall.reason)
             warmup, requests = (), self.plan.requests_for(_VOID_DRAW + len(self.voided))
 
@@ -132,9 +126,9 @@ class Runner:
         self.voided.append(
             VoidedRun(stall_s=round(lag_s, 3), limit_s=round(limit_s, 3), records=name)
         )
-        stalls = [v for v in self.voided if v.reason == "stall"]
-        if len(stalls) > MAX_VOIDED:
-            raise TunerStalled(stalls)
+
+    def _stalls(self) -> int:
+        return sum(v.reason == "stall" for v in self.voided)
 
     def _keep_voided(self, records: list[RequestRecord], why: str) -> str:
         name = f"{layout.VOIDED_DIR}/{layout.run_records(len(self.voided))}"

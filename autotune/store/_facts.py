@@ -81,7 +81,12 @@ class TrialFacts(EngineFacts):
     cost: Cost | None = None
     abort: Abort | None = None
     voided: list[VoidedRun] | None = Field(
-        default=None, description="runs made again because the tuner stalled in them"
+        default=None, description="runs made again: the tuner stalled in them, or degraded"
+    )
+    stall_kept_s: float | None = Field(
+        default=None,
+        description="the worst stall of a run kept after two voided ones (a host that stalls "
+        "in run after run): its figures carry it",
     )
 
     @classmethod

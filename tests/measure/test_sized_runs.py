@@ -67,7 +67,7 @@ def test_a_degraded_batch_is_voided_kept_and_made_again(
     from autotune.bench import RequestRecord
     from autotune.measure import _runs
 
-    steps = iter([0.02, 0.021, 0.019, 0.036, 0.02, 0.02])
+    steps = iter([0.02, 0.021, 0.019, 0.02, 0.036, 0.02, 0.02])
     drawn: list[int] = []
 
     def scripted(url, model, warmup, requests, profile, **kwargs):  # type: ignore[no-untyped-def]
@@ -80,11 +80,34 @@ def test_a_degraded_batch_is_voided_kept_and_made_again(
 
     monkeypatch.setattr(_runs, "run_benchmark", scripted)
     plan = Workplan(
-        [], requests(0), LoadProfile(concurrency=8), {}, repeats=5, rerun=requests
+        [], requests(0), LoadProfile(concurrency=8), {}, repeats=6, rerun=requests
     )  # fmt: skip
     runner = _runs.Runner("http://x", "tiny", plan, None, tmp_path, lambda: None)
     done = runner.run_plan()
-    assert len(done.runs) == 5 and len(list((tmp_path / "runs").glob("*.jsonl"))) == 5
+    assert len(done.runs) == 6 and len(list((tmp_path / "runs").glob("*.jsonl"))) == 6
     (voided,) = runner.voided
     assert voided.reason == "degraded" and (tmp_path / voided.records).exists()
-    assert drawn == [0, 1, 2, 3, 4, 5]  # the remade batch draws prompts of its own
+    assert drawn == [0, 1, 2, 3, 4, 5, 6]  # the remade batch draws prompts of its own
+
+
+def test_a_host_that_stalls_run_after_run_keeps_the_third_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.bench import RequestRecord, Stall
+    from autotune.measure import _runs
+
+    class AlwaysStalled:
+        def stall(self, timekeeping: object = None) -> Stall:
+            return Stall(0.6, 0.25)
+
+    def scripted(url, model, warmup, requests, profile, **kwargs):  # type: ignore[no-untyped-def]
+        return [RequestRecord(i, 0.0, 0.1, (0.1, 0.2), 0.2, 3, 2) for i in range(len(requests))]
+
+    monkeypatch.setattr(_runs, "StallWatch", AlwaysStalled)
+    monkeypatch.setattr(_runs, "run_benchmark", scripted)
+    plan = Workplan([], requests(0), LoadProfile(concurrency=8), {}, rerun=requests)
+    runner = _runs.Runner("http://x", "tiny", plan, None, tmp_path, lambda: None)
+    done = runner.run_plan()
+    assert len(done.records) == 24  # measured, not failed: voiding again would not help
+    assert [v.reason for v in runner.voided] == ["stall", "stall"]
+    assert runner.stall_kept == 0.6
