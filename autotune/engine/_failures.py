@@ -321,6 +321,21 @@ def failure_signature(reason: str) -> str:
     return _SPACES.sub(" ", text).strip()[:_SIGNATURE_CHARS]
 
 
+# torch's CPU allocator names the one allocation that failed (cpu-alloc-failure:
+# `DefaultCPUAllocator: can't allocate memory: you tried to allocate 6442450944 bytes. Error
+# code 12 (Cannot allocate memory)`).
+_CPU_ALLOCATION = re.compile(r"you tried to allocate (\d+) bytes")
+
+
+def failed_allocation_bytes(reason: str) -> int | None:
+    """The size of the host-memory allocation an engine's reason says failed (torch's CPU
+    allocator), or None where it names none: an allocation no larger than what the host had
+    free failed on a limit of the engine's own (an address-space or cgroup limit), not for the
+    memory other processes held."""
+    match = _CPU_ALLOCATION.search(reason)
+    return int(match.group(1)) if match else None
+
+
 def failure_headline(reason: str) -> str:
     """A reason with its cause first, for a reader with little room: `engine exited with
     status 1; its log says: (EngineCore pid=7) ERROR 01-02 03:04:05 [core.py:9] RuntimeError:

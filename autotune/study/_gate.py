@@ -20,7 +20,8 @@ the device's room): it returns a `Verdict` and records nothing; the runner recor
   not stop the study, and a failed baseline reruns.
 
 An engine that ran out of memory is the host's, not the config's (`environment_oom`) where a
-fit needs at least its memory, or where other processes held part of the room at its launch.
+fit needs at least its memory, or where other processes held part of the room at its launch,
+unless the engine says the allocation that failed was no larger than what was free then.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 
 from autotune.bench import Summary
 from autotune.devices import DeviceMemory
-from autotune.engine import EngineConfig
+from autotune.engine import EngineConfig, failed_allocation_bytes
 from autotune.space import (
     MemoryEstimate,
     ModelInfo,
@@ -161,15 +162,20 @@ class Gate:
         )
         return Verdict(TrialStatus.ENVIRONMENT, reason, SkipRule.BUSY)
 
-    def environment_oom(self, p: Proposal, room: DeviceRoom | None) -> str | None:
+    def environment_oom(self, p: Proposal, room: DeviceRoom | None, reason: str = "") -> str | None:
         """Why `p`'s engine ran out of memory through the host, not the config: a config that
         needs at least its memory started in this study, or other processes held part of the
         study's room on the device when it was launched (`room`: as read then). None: the
-        config's own."""
+        config's own, and so where the engine's `reason` names an allocation that failed no
+        larger than what the device had free at launch (a limit of the engine's own, which no
+        other process's memory caused)."""
         fit = self._known_fit(p)
         if fit is not None:
             return f"trial {fit}, which needs at least its memory, started in this study"
         if room is None:
+            return None
+        asked = failed_allocation_bytes(reason)
+        if asked is not None and asked <= room.now.available_bytes:
             return None
         now, _ = self._shares(room, ())
         seen = self._capped(room, max(room.most_free, room.now.available_bytes))

@@ -317,7 +317,9 @@ class TrialRunner:
     ) -> Measurement:
         """`m`, an OOM that was the host's (`Gate.environment_oom`) recorded as `environment`
         (its folder's copy too), so that the search never learns it as the config's."""
-        cause = self.gate.environment_oom(p, room) if m.status == TrialStatus.OOM else None
+        cause = (
+            self.gate.environment_oom(p, room, m.reason) if m.status == TrialStatus.OOM else None
+        )
         if cause is None:
             return m
         reason = f"out of memory, the host's fault: {cause} ({m.reason})"

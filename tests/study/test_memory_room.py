@@ -114,30 +114,50 @@ def test_a_wait_that_runs_out_is_the_hosts_fault_and_queued_again(
     assert result.predicted == 0
 
 
-def oom_above(measure: FakeMeasure, mib: int) -> Script:
+def oom_above(measure: FakeMeasure, mib: int, reason: str = "") -> Script:
+    """Engines with more than `mib` of KV run out of memory; `reason` (with `{}` for the KV
+    cache's bytes) is what the engine says, by default vLLM's check of the node's memory."""
+
     def script(i: int, config: EngineConfig) -> Measurement:
-        if config.args["kv_cache_memory_bytes"] > mib * MIB:
-            return Measurement(status="oom", reason="Available memory on node 0", device_s=1.0)
+        kv = config.args["kv_cache_memory_bytes"]
+        if kv > mib * MIB:
+            said = reason.format(kv) if reason else "Available memory on node 0"
+            return Measurement(status="oom", reason=said, device_s=1.0)
         return measure.ok(config)
 
     return script
 
 
+# torch's CPU allocator under an address-space limit
+# (tests/fixtures/engine_logs/cpu-alloc-failure.log)
+LIMIT = "DefaultCPUAllocator: can't allocate memory: you tried to allocate {} bytes. Error code 12"
+
+
 @pytest.mark.parametrize(
-    ("held", "status"),
-    [(0, TrialStatus.OOM), (3 * GIB, TrialStatus.ENVIRONMENT)],
-    ids=["the device had its room: the config's OOM", "others held 3 GiB: the host's"],
+    ("held", "reason", "status"),
+    [
+        (0, "", TrialStatus.OOM),
+        (3 * GIB, "", TrialStatus.ENVIRONMENT),
+        (3 * GIB, LIMIT, TrialStatus.OOM),
+    ],
+    ids=[
+        "the device had its room: the config's OOM",
+        "others held 3 GiB: the host's",
+        "others held 3 GiB, the engine's own limit failed an allocation that fit: the config's",
+    ],
 )
 def test_an_oom_while_other_processes_held_memory_is_not_the_configs(
-    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path, held: int, status: str
+    make_spec: MakeSpec, measure: FakeMeasure, tmp_path: Path, held: int, reason: str, status: str
 ) -> None:
     """An engine runs out of memory (above 1 GiB of KV here). On a node with all the room the
     study has had, that is the config's `oom`, and larger KV sizes are predicted from it; with
     3 GiB of it held by other processes at launch, it is `environment`, predicts nothing, and
-    no repair is queued."""
+    no repair is queued; unless the engine says the allocation that failed (its KV cache) was
+    smaller than the 3 GiB still free: then a limit of the engine's own failed it, and the
+    config's `oom` is learned, others' memory or not."""
     space, file = kv_space(tmp_path)
     spec = make_spec(trials=6, space=file, seed=3, repair=True)
-    measure.script = oom_above(measure, 1024)
+    measure.script = oom_above(measure, 1024, reason)
     node = Node({range(2, 10**9): IDLE_FREE - held})
 
     tune(spec, space, measure, node, memory_wait_s=0.0)
