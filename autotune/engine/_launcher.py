@@ -255,7 +255,7 @@ def launch(
         with spawn(argv, env, log_path, settings, port) as spawned:
             process = spawned.process
             watch = LogWatch(log_path)
-            failure = _wait_ready(process, settings, port, watch, started, clock)
+            failure = _wait_ready(spawned, settings, port, watch, started, clock)
             startup_s = clock() - started
             if failure is None:
                 spawned.note_shared_memory()  # the engine's queues exist once it is ready
@@ -271,7 +271,7 @@ def launch(
 
 
 def _wait_ready(
-    process: subprocess.Popen[bytes],
+    spawned: Spawned,
     settings: LaunchSettings,
     port: int,
     watch: LogWatch,
@@ -279,14 +279,18 @@ def _wait_ready(
     clock: Callable[[], float],
 ) -> Failure | None:
     """None once `/health` answers 200; the failure as soon as the engine exits or logs a fatal
-    error, or when the deadline passes."""
+    error, or when the deadline passes. The shared memory its processes map is read as it
+    starts (teardown removes what a failed start leaves)."""
     url = f"http://{settings.host}:{port}/health"
+    process = spawned.process
     with httpx.Client(timeout=2.0) as client:
         while True:
             settings.check_cancel()
+            spawned.note_shared_memory_while_starting()
             if process.poll() is not None:
                 return classify_exit(process.poll(), read_log(watch.path), TrialStatus.CRASH)
             if watch.fatal() is not None:
+                spawned.note_shared_memory()  # its processes may live a moment more
                 with suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=settings.fatal_grace_s)  # let it finish its log
                 return classify_exit(process.poll(), read_log(watch.path), TrialStatus.CRASH)

@@ -224,6 +224,8 @@ class _Run:
         while True:
             self.settings.check_cancel()
             self.memory.sample()
+            if self.ready_at is None:  # a start that fails leaves its queues' segment
+                self.spawned.note_shared_memory_while_starting()
             code = self.process.poll()
             if code is not None:
                 return self._exited(code)
@@ -249,6 +251,7 @@ class _Run:
     def _fatal(self) -> Failure | None:
         if self.watch.fatal() is None:
             return None
+        self.spawned.note_shared_memory()  # its processes may live a moment more
         with suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=self.settings.fatal_grace_s)  # let it finish its log
         return classify_exit(self.process.poll(), read_log(self.paths.log), TrialStatus.CRASH)

