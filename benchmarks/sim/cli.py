@@ -124,8 +124,10 @@ def run_cli(
     noise: float = 0.0,
     drift: float = 0.0,
     drift_period_s: float = 3600.0,
+    precision: str | None = None,
 ) -> CliRun:
-    """One `autotune tune` + `autotune export` of `method` on the simulated engine."""
+    """One `autotune tune` + `autotune export` of `method` on the simulated engine, each
+    trial measured to `precision` (`tune --precision`; None: the tuner's default)."""
     root.mkdir(parents=True, exist_ok=True)
     study = f"{landscape.name}-{method.name}-{seed}"
     env = {
@@ -149,6 +151,7 @@ def run_cli(
         "--trials", str(trials), "--seed", str(seed),
         *workload_flags(landscape, scale, root), *objective_flags(landscape, scale),
         *_method_flags(method.fields),
+        *(["--precision", precision] if precision else []),
     ]  # fmt: skip
     started = time.monotonic()
     _run(tune, env, root / f"{study}.tune.log")
