@@ -54,7 +54,7 @@ def test_the_demo_ends_in_a_yaml_on_a_slow_host(tmp_path: Path, tiny_model: Path
     base = next(t for t in trials if t.role == "baseline")
     assert base.metric("p99_ttft_ms") > 2000  # the old fixed SLO: nothing could meet it
     attrs = store.study_attrs("demo")
-    for name in ("p99_ttft_ms", "p99_tpot_ms"):
+    for name in ("p90_ttft_ms", "p90_tpot_ms"):
         assert attrs["slos"][name] == 1.2 * base.metric(name)
     assert "Pareto front" in out.stdout and "(baseline " in out.stdout
     config = yaml.safe_load((study / "best.yaml").read_text())
@@ -72,7 +72,7 @@ def test_the_demo_exports_the_closest_config_when_nothing_is_feasible(
     script = (REPO / "scripts" / "demo.sh").read_text()
     strict = tmp_path / "demo.sh"
     strict.write_text(
-        script.replace("p99_ttft_ms=baseline*1.2", "p99_ttft_ms=baseline*0.1").replace(
+        script.replace("p90_ttft_ms=baseline*1.2", "p90_ttft_ms=baseline*0.1").replace(
             'cd "$(dirname "$0")/.."', f"cd {REPO}"
         )
     )
@@ -94,5 +94,5 @@ def test_the_demo_exports_the_closest_config_when_nothing_is_feasible(
     store = StudyStore(f"sqlite:///{tmp_path / 'studies' / 'demo' / 'study.db'}", create=False)
     assert all(t.engine.sized for t in store.trials("demo") if t.measured)
     text = (tmp_path / "studies" / "demo" / "best.yaml").read_text()
-    assert "# INFEASIBLE: it misses p99_ttft_ms" in text
+    assert "# INFEASIBLE: it misses p90_ttft_ms" in text
     assert "closest to the constraints" in text.splitlines()[0]

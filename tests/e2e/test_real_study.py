@@ -9,13 +9,12 @@ at a time, on the same study.
 from __future__ import annotations
 
 import importlib.util
-import statistics
 from pathlib import Path
 
 import pytest
 from support import processes_mentioning
 
-from autotune.bench import read_records, summarize
+from autotune.bench import pooled_summary, read_records, summarize
 from autotune.store import StudyStore
 from e2e.conftest import PROMPTS, TRIALS
 
@@ -44,21 +43,22 @@ def test_study_measures_every_trial_stores_a_front_and_leaves_no_engine(study_ro
             assert t.prediction["at"] < started
             low, mid, high = t.prediction["metrics"]["output_throughput"]
             assert 0 < low <= mid <= high
-            # A model of the trials it was fitted to, on their scale (cpu-quick's range of
-            # max_num_seqs at 8 clients moves throughput two-fold at most). Not its accuracy:
-            # these trials ran beside other engine tests on two cores, where the same config
-            # measured 1,502 tok/s alone and 457 beside them (the model said 1,534); the error
-            # on real studies run alone is benchmarks/prediction_error.py's.
+            # A model of the trials it was fitted to, on their order of magnitude (a unit or
+            # scale error reads 100-1000x off). Not its accuracy: these trials run beside other
+            # engine tests on two cores, where the same config measured 1,502 tok/s alone and
+            # 457 beside them (the model said 1,534), and a CI run's baseline read 611 where
+            # the model of it said 3,053; the error on real studies run alone is
+            # benchmarks/prediction_error.py's.
             before = [
                 u.metric("output_throughput")
                 for u in measured
                 if (u.measured_at or 0) < t.prediction["at"]
             ]
             assert len(before) >= t.prediction["trials"], t.number
-            assert min(before) / 3 < mid < 3 * max(before), (t.number, before, mid)
+            assert min(before) / 10 < mid < 10 * max(before), (t.number, before, mid)
     assert any(t.feasible for t in measured)
     for t in measured:
-        assert t.metrics["completed"] == PROMPTS and t.metrics["errors"] == 0
+        assert t.metrics["errors"] == 0
         assert t.engine.vllm_version.startswith("0.32")
         assert t.engine.startup_s > 1
         # The engine's own KV capacity matches the size the trial asked for (4096 B/token).
@@ -66,14 +66,17 @@ def test_study_measures_every_trial_stores_a_front_and_leaves_no_engine(study_ro
         # Stored metrics are recomputed from the raw per-request records.
         records = read_records(Path(t.trial_dir or "") / "requests.jsonl")
         assert len(records) == PROMPTS
-        again = summarize(records)
-        assert again.output_throughput == pytest.approx(t.metrics["output_throughput"])
         runs = sorted((Path(t.trial_dir or "") / "runs").glob("run-*.jsonl"))
-        if runs:  # the baseline's runs (relative SLOs): each statistic is their median, and
-            # requests.jsonl holds the run of the median throughput, whose p99 may be another
-            p99s = [summarize(read_records(p)).tpot_ms.p99 for p in runs]
-            assert statistics.median(p99s) == pytest.approx(t.metrics["p99_tpot_ms"])
+        if runs:  # the baseline's runs (relative SLOs): the trial's metrics pool them, and
+            # requests.jsonl holds the run of the median throughput
+            pooled = pooled_summary([read_records(p) for p in runs])
+            assert t.metrics["completed"] == PROMPTS * len(runs)
+            assert pooled.tpot_ms.p99 == pytest.approx(t.metrics["p99_tpot_ms"])
+            assert pooled.output_throughput == pytest.approx(t.metrics["output_throughput"])
         else:
+            again = summarize(records)
+            assert t.metrics["completed"] == PROMPTS
+            assert again.output_throughput == pytest.approx(t.metrics["output_throughput"])
             assert again.tpot_ms.p99 == pytest.approx(t.metrics["p99_tpot_ms"])
         # Nothing but the engine runs on the trial's cores, and its values are its own.
         assert "speed" not in t.engine
