@@ -242,11 +242,13 @@ def default_params(names: Sequence[str]) -> list[str]:
     return [first, second] if first and second and first != second else []
 
 
-def y_options(objectives: Sequence[tuple[str, str]]) -> list[Objective]:
-    """The Pareto chart's y choices: the other objectives, then p99 TTFT and p99 TPOT."""
+def y_options(objectives: Sequence[tuple[str, str]], slos: Sequence[str] = ()) -> list[Objective]:
+    """The Pareto chart's y choices: the other objectives, the SLOs' metrics (each an upper
+    bound, drawn as its line), then p99 TTFT and p99 TPOT."""
     x = objectives[0][0]
     seen: dict[str, str] = {}
-    for metric, direction in [*objectives[1:], *((m, "minimize") for m in LATENCY_Y)]:
+    lower = [*slos, *LATENCY_Y]
+    for metric, direction in [*objectives[1:], *((m, "minimize") for m in lower)]:
         if metric != x and metric not in seen:
             seen[metric] = direction
     return [Objective(metric=m, direction=d, label=metric_label(m)) for m, d in seen.items()]
@@ -327,7 +329,7 @@ def study_view(catalog: Catalog, name: str) -> StudyView:
     picked, chosen, why_none = winner(name, records, attrs)
     win_number = chosen.number if chosen else None
     slos = {k: float(v) for k, v in (attrs.get("slos") or {}).items()}
-    options = y_options(objectives)
+    options = y_options(objectives, list(slos))
     names = sorted({k for t in records for k in t.params})
     pair = default_params(names)
     with storage_errors(store.url):

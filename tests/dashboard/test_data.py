@@ -150,6 +150,13 @@ def test_defaults_and_json_safety() -> None:
         "p99_ttft_ms",
         "p99_tpot_ms",
     ]
+    # An SLO on a metric no objective names is a choice too: its line is drawn on it.
+    latencies = [("output_throughput", "maximize"), ("p99_ttft_ms", "minimize")]
+    assert [o.metric for o in y_options(latencies, ["p90_ttft_ms", "p99_ttft_ms"])] == [
+        "p99_ttft_ms",
+        "p90_ttft_ms",
+        "p99_tpot_ms",
+    ]
     assert finite({"a": [math.inf, 1.0, -math.inf], "b": math.nan}) == {
         "a": [None, 1.0, None],
         "b": None,

@@ -73,11 +73,11 @@ def test_pages_and_json_over_the_real_study(
     study = httpx.get(f"{dashboard}/api/studies/e2e", timeout=30).json()
     assert study["row"]["trials"] == TRIALS and study["row"]["done"] >= TRIALS - 1
     assert study["trials"][0]["role"] == "baseline"
-    assert set(study["slos"]) == {"p99_ttft_ms", "p99_tpot_ms"}  # the demo's: baseline * 1.2
+    assert set(study["slos"]) == {"p90_ttft_ms", "p90_tpot_ms"}  # the demo's: baseline * 1.2
     assert "(baseline " in study["slo_text"] and " x 1.2)" in study["slo_text"]
     winner = study["winner"]["number"]
-    shapes = study["figures"]["pareto"]["p99_ttft_ms"]["layout"]["shapes"]
-    assert [s["name"] for s in shapes] == ["SLO p99_ttft_ms"]
+    shapes = study["figures"]["pareto"]["p90_ttft_ms"]["layout"]["shapes"]
+    assert [s["name"] for s in shapes] == ["SLO p90_ttft_ms"]
     state = httpx.get(f"{dashboard}/api/studies/e2e/state", timeout=30).json()
     assert state["signature"] == study["signature"] and state["running"] == 0
     for number in range(TRIALS):
@@ -137,10 +137,10 @@ def test_browser_draws_the_study_page_and_the_offline_report(
         )
         assert any("exported winner" in text for text in legend), legend
         shapes = "document.getElementById('pareto').layout.shapes.map(s => s.name)"
-        assert page.evaluate(shapes) == ["SLO p99_ttft_ms"]
+        assert page.evaluate(shapes) == ["SLO p90_ttft_ms"]
         assert page.locator("#pareto .shapelayer path").count() >= 1  # the SLO line, drawn
-        page.select_option("#pareto-y", "p99_tpot_ms")
-        page.wait_for_function(f"{shapes}.includes('SLO p99_tpot_ms')", timeout=10_000)
+        page.select_option("#pareto-y", "p90_tpot_ms")
+        page.wait_for_function(f"{shapes}.includes('SLO p90_tpot_ms')", timeout=10_000)
         for chart in ("history", "params", "importance"):
             page.wait_for_selector(f"#{chart}[data-drawn] .main-svg", timeout=10_000)
         page.screenshot(path=str(tmp_path / "study.png"), full_page=True)
@@ -164,7 +164,7 @@ def test_browser_draws_the_study_page_and_the_offline_report(
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(report.as_uri())
         page.wait_for_selector(DRAWN, timeout=30_000)
-        assert page.evaluate(shapes) == ["SLO p99_ttft_ms"]
+        assert page.evaluate(shapes) == ["SLO p90_ttft_ms"]
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         browser.close()
     assert blocked == [] and errors == []
