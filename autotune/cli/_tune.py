@@ -27,13 +27,8 @@ from autotune.cli._common import (
     store_settings,
     worker_host,
 )
-from autotune.cli._render import (
-    event_printer,
-    print_confirm,
-    print_front,
-    print_infeasible,
-    print_summary,
-)
+from autotune.cli._progress import event_printer, print_summary
+from autotune.cli._render import print_confirm, print_front, print_infeasible
 from autotune.cli._tune_flags import parse_parallel, tune_overrides
 from autotune.devices import DevicePool, format_device_list
 from autotune.engine import DEFAULT_COMMAND, program_problem

@@ -57,6 +57,7 @@ def test_the_demo_ends_in_a_yaml_on_a_slow_host(tmp_path: Path, tiny_model: Path
     for name in ("p90_ttft_ms", "p90_tpot_ms"):
         assert attrs["slos"][name] == 1.2 * base.metric(name)
     assert "Pareto front" in out.stdout and "(baseline " in out.stdout
+    assert "p90 TTFT" in out.stdout and "p99 TTFT" not in out.stdout.split("Pareto front")[0]
     config = yaml.safe_load((study / "best.yaml").read_text())
     assert config["model"] == str(tiny_model) and "max-num-seqs" in config
     header = (study / "best.yaml").read_text().splitlines()[0]

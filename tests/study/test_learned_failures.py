@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune.cli._render import skips_line
+from autotune.cli._progress import skips_line
 from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
