@@ -45,7 +45,6 @@ case $rc in
     3) ALLOW=(--allow-infeasible) ;;  # nothing met the SLOs: export the closest, marked so
     *) exit "$rc" ;;
 esac
-"${AT[@]}" show "$STUDY" --root "$ROOT"
 # The confirmed winner (or the best of the front when the confirm step crowned none).
 "${AT[@]}" export "$STUDY" --root "$ROOT" -o "$ROOT/$STUDY/best.yaml" "${ALLOW[@]}"
 echo "--- $ROOT/$STUDY/best.yaml"

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from autotune.bench import Summary
-from autotune.cli._render import voided_text
+from autotune.cli._render import judged_percentile, voided_text
 from autotune.selection import pareto_front, study_objectives
 from autotune.status import TrialStatus
 from autotune.store import study_records
@@ -51,10 +51,9 @@ def _counted(s: Summary) -> str:
 
 
 def _latencies(s: Summary, attrs: dict[str, Any]) -> str:
-    """TTFT and TPOT at the percentile the study judges (its SLOs', else its objectives'; p99
-    where neither names one): `p90 TTFT 412.0 ms, p90 TPOT 9.81 ms`."""
-    named = [*(attrs.get("slos") or {}), *(m for m, _ in study_objectives(attrs))]
-    q = next((m.split("_")[0] for m in named if m.split("_")[0] in ("p50", "p90", "p99")), "p99")
+    """TTFT and TPOT at the percentile the study judges (`judged_percentile`): `p90 TTFT 412.0
+    ms, p90 TPOT 9.81 ms`."""
+    q = judged_percentile(attrs)
     ttft, tpot = getattr(s.ttft_ms, q), getattr(s.tpot_ms, q)
     return f"{q} TTFT {ttft:.1f} ms, {q} TPOT {tpot:.2f} ms"
 

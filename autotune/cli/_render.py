@@ -46,10 +46,20 @@ def _with_spread(t: TrialRecord, name: str, fmt: str) -> str:
     return value if not wobble else f"{value} ±{format(wobble, fmt)}"
 
 
-def _pair(t: TrialRecord, latency: str, fmt: str) -> str:
-    """`p50 / p99`, the p99 with its 90% interval (`126.1 / 261.9 240.0-290.0`)."""
+def _pair(t: TrialRecord, latency: str, fmt: str, q: str) -> str:
+    """`p50 / q`, the `q` percentile with its 90% interval (`126.1 / 261.9 240.0-290.0`)."""
     p50 = format(t.metric(f"p50_{latency}_ms"), fmt)
-    return f"{p50} / {_with_spread(t, f'p99_{latency}_ms', fmt)}"
+    return f"{p50} / {_with_spread(t, f'{q}_{latency}_ms', fmt)}"
+
+
+def judged_percentile(attrs: dict[str, Any]) -> str:
+    """The latency percentile the study judges: its SLOs', else its objectives' (p50, p90 or
+    p99), p99 where neither names one. Tables and progress lines show TTFT and TPOT at it."""
+    named = [*(attrs.get("slos") or {}), *(m for m, _ in study_objectives(attrs))]
+    return next((m.split("_")[0] for m in named if m.split("_")[0] in _SHOWN), "p99")
+
+
+_SHOWN = ("p50", "p90", "p99")
 
 
 def print_confirm(console: Console, attrs: dict[str, Any]) -> None:
@@ -98,7 +108,7 @@ WIDE_MIN = 160  # below this width a config column is too narrow to read: stack 
 STACKED_LINES = 3  # the most lines a stacked trial takes (its status first, then its config)
 
 
-def _columns(rows: Sequence[TrialRecord]) -> list[str]:
+def _columns(rows: Sequence[TrialRecord], q: str) -> list[str]:
     """The number columns: capacity (a capacity-search study), peak memory (offline), then
     throughput, its ratio to the baseline's and the latency percentiles."""
     heads = []
@@ -108,7 +118,7 @@ def _columns(rows: Sequence[TrialRecord]) -> list[str]:
         heads.append("peak GiB")
     tail = ["agree"] if any("agreement_tokens" in t.metrics for t in rows) else []
     predicted = [PREDICTED_TPS] if any(_predicted(t) for t in rows) else []
-    return [*heads, "out tok/s", *predicted, "vs base", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
+    return [*heads, "out tok/s", *predicted, "vs base", f"TTFT p50/{q} ms", f"TPOT p50/{q} ms",
             *tail]  # fmt: skip
 
 
@@ -121,7 +131,7 @@ def _predicted(t: TrialRecord) -> str:
     return f"~{predicted:,.0f}" if math.isfinite(predicted) else ""
 
 
-def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None) -> list[str]:
+def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None, q: str) -> list[str]:
     if not t.measured:
         return [_predicted(t) if h == PREDICTED_TPS else "" if h == "vs base" else "-"
                 for h in heads]  # fmt: skip
@@ -131,8 +141,8 @@ def _numbers(t: TrialRecord, heads: Sequence[str], base_tps: float | None) -> li
         "out tok/s": _with_spread(t, "output_throughput", ",.0f"),
         PREDICTED_TPS: _predicted(t),
         "vs base": _ratio(t.metric("output_throughput"), base_tps),
-        "TTFT p50/p99 ms": _pair(t, "ttft", ".1f"),
-        "TPOT p50/p99 ms": _pair(t, "tpot", ".2f"),
+        f"TTFT p50/{q} ms": _pair(t, "ttft", ".1f", q),
+        f"TPOT p50/{q} ms": _pair(t, "tpot", ".2f", q),
         # The share of the baseline's greedy tokens; "-" where the engine did not answer.
         "agree": f"{t.metrics['agreement_tokens']:.2f}" if "agreement_tokens" in t.metrics else "-",
     }
@@ -183,20 +193,25 @@ def _status_text(t: TrialRecord, text: str) -> Text:
 
 
 def trial_table(
-    title: str, rows: Sequence[TrialRecord], base: TrialRecord | None, marks: dict[int, str]
+    title: str,
+    rows: Sequence[TrialRecord],
+    base: TrialRecord | None,
+    marks: dict[int, str],
+    q: str = "p99",
 ) -> Table:
-    """The trials as one table, the config in a column (for a wide console)."""
+    """The trials as one table, the config in a column (for a wide console); TTFT and TPOT at
+    their p50 and `q`."""
     table = Table(title=title, title_justify="left")
     table.add_column("trial", justify="right", no_wrap=True)
     table.add_column("config", overflow="fold", min_width=30)
-    heads = _columns(rows)
+    heads = _columns(rows, q)
     for col in heads:
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("status", overflow="fold", min_width=16, max_width=48)
     base_tps = base.metric("output_throughput") if base else None
     for t in rows:
         status = _status_text(t, _status(t, limit=120))
-        cells = _numbers(t, heads, base_tps)
+        cells = _numbers(t, heads, base_tps, q)
         table.add_row(f"{t.number}{marks.get(t.number, '')}", Text(t.description), *cells, status)
     return table
 
@@ -207,14 +222,15 @@ def stacked_table(
     base: TrialRecord | None,
     marks: dict[int, str],
     width: int,
+    q: str = "p99",
 ) -> Group:
     """The trials for a narrow console, each on at most STACKED_LINES lines: its numbers and
     status (a trial with no measurement: its status, cause first, on up to two lines), then
     its config under them, indented, cut with `…` where it would take more."""
-    heads = _columns(rows)
+    heads = _columns(rows, q)
     base_tps = base.metric("output_throughput") if base else None
     names = [f"{t.number}{marks.get(t.number, '')}" for t in rows]
-    cells = [_numbers(t, heads, base_tps) for t in rows]
+    cells = [_numbers(t, heads, base_tps, q) for t in rows]
     first = max(len("trial"), *(len(n) for n in names))
     sizes = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
     if first + sum(s + 2 for s in sizes) > width and "vs base" in heads:
@@ -278,10 +294,11 @@ def print_front(
     else:
         rows = front + ([base] if base is not None and base not in front else [])
         title = f"Study {study}: Pareto front of {len(records)} trials (b baseline{w})"
+    q = judged_percentile(attrs)
     if console.width >= WIDE_MIN:
-        console.print(trial_table(title, rows, base, marks))
+        console.print(trial_table(title, rows, base, marks, q))
     else:
-        console.print(stacked_table(title, rows, base, marks, console.width))
+        console.print(stacked_table(title, rows, base, marks, console.width, q))
     predicted = sum(t.status in PREDICTED_STATUSES for t in rows)
     if predicted:
         console.print(

@@ -58,6 +58,8 @@ def test_the_demo_ends_in_a_yaml_on_a_slow_host(tmp_path: Path, tiny_model: Path
         assert attrs["slos"][name] == 1.2 * base.metric(name)
     assert "Pareto front" in out.stdout and "(baseline " in out.stdout
     assert "p90 TTFT" in out.stdout and "p99 TTFT" not in out.stdout.split("Pareto front")[0]
+    # The front once (tune's), its latencies at the percentile the SLOs judge.
+    assert out.stdout.count("Pareto front of") == 1 and "TTFT p50/p90 ms" in out.stdout
     config = yaml.safe_load((study / "best.yaml").read_text())
     assert config["model"] == str(tiny_model) and "max-num-seqs" in config
     header = (study / "best.yaml").read_text().splitlines()[0]
