@@ -43,7 +43,7 @@ def _console(stderr: bool = False) -> Console:
 console = _console()
 err_console = _console(stderr=True)
 
-# Exit codes (README, "Exit codes"): 0 done; 1 the study could not go on (the baseline
+# Exit codes (docs/guide.md, "Exit codes"): 0 done; 1 the study could not go on (the baseline
 # failed, an engine outlived its teardown) or a check failed (`doctor`); 2 the input is wrong
 # (spec, space, workload, model path, storage URL, flags); 3 the study ran but no measured
 # config meets its constraints (the closest one is shown; `export --allow-infeasible`);
