@@ -5,117 +5,45 @@ The checker is a few functions over a source root (the folder that holds the pac
 check is first shown to catch what it looks for on a small synthetic tree, then run on the real
 `autotune/`. Imports are read with `ast`, wherever they stand (function-level and
 `TYPE_CHECKING` ones included), since an import placed in a function still ties two modules.
+The layers and that reader live in scripts/architecture.py, which writes docs/architecture.md
+from the same table; the last test checks that the page is current.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
+import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = "autotune"
 MAX_LINES = 500
 
 
-@dataclass(frozen=True)
-class Import:
-    """One module imported by another, and the names taken from it (`from m import a, b`)."""
-
-    importer: str
-    module: str
-    names: tuple[str, ...]
-    line: int
-
-    def __str__(self) -> str:
-        names = f" ({', '.join(self.names)})" if self.names else ""
-        return f"{self.importer}:{self.line} imports {self.module}{names}"
+def _script(name: str) -> ModuleType:
+    """`scripts/NAME.py`, loaded by its path (scripts/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
-def module_files(root: Path, package: str = PACKAGE) -> dict[str, Path]:
-    """Every module of `package` under `root` by dotted name (a package by its `__init__.py`)."""
-    modules: dict[str, Path] = {}
-    for path in sorted((root / package).rglob("*.py")):
-        parts = list(path.relative_to(root).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
-    return modules
-
-
-def _is_package(module: str, modules: dict[str, Path]) -> bool:
-    return modules[module].name == "__init__.py"
-
-
-def _resolve(node: ast.ImportFrom, importer: str, modules: dict[str, Path]) -> str:
-    """The absolute module a `from ... import` names, relative levels resolved."""
-    if not node.level:
-        return node.module or ""
-    base = importer.split(".")
-    if not _is_package(importer, modules):
-        base.pop()  # a module's level 1 is its package; a package's is itself
-    base = base[: len(base) - (node.level - 1)]
-    return ".".join([*base, node.module] if node.module else base)
-
-
-def _known(name: str, modules: dict[str, Path]) -> str | None:
-    """`name` or its longest prefix that is a module of the tree; None outside it."""
-    parts = name.split(".")
-    while parts:
-        if ".".join(parts) in modules:
-            return ".".join(parts)
-        parts.pop()
-    return None
-
-
-def imports(root: Path, package: str = PACKAGE) -> Iterator[Import]:
-    """Each import, anywhere in a module of `package`, of another module of the same tree.
-
-    `from m import x` is an import of module `m.x` where that is a module, else of `m` taking
-    the name `x`.
-    """
-    modules = module_files(root, package)
-    for importer, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
-        for node in sorted(nodes, key=lambda n: (n.lineno, n.col_offset)):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if (target := _known(alias.name, modules)) is not None:
-                        yield Import(importer, target, (), node.lineno)
-            elif isinstance(node, ast.ImportFrom):
-                source = _resolve(node, importer, modules)
-                names: list[str] = []
-                for alias in node.names:
-                    if f"{source}.{alias.name}" in modules:
-                        yield Import(importer, f"{source}.{alias.name}", (), node.lineno)
-                    else:
-                        names.append(alias.name)
-                if names and (target := _known(source, modules)) is not None:
-                    yield Import(importer, target, tuple(names), node.lineno)
-
-
-def _inside(module: str, package: str) -> bool:
-    return module == package or module.startswith(package + ".")
-
-
-def import_graph(root: Path, package: str = PACKAGE) -> dict[str, set[str]]:
-    """Module -> the modules it imports. Importing `a.b.c` imports the packages `a.b` and `a`
-    too (their `__init__` runs), except those that hold the importer itself."""
-    graph: dict[str, set[str]] = {name: set() for name in module_files(root, package)}
-    for imp in imports(root, package):
-        parts = imp.module.split(".")
-        for end in range(1, len(parts) + 1):
-            target = ".".join(parts[:end])
-            if target in graph and not _inside(imp.importer, target):
-                graph[imp.importer].add(target)
-        if imp.module != imp.importer:
-            graph[imp.importer].add(imp.module)
-    return graph
+# The layers and the reader of imports live with the script that writes docs/architecture.md
+# from them, so that the page and these checks read one table.
+architecture = _script("architecture")
+PACKAGE: str = architecture.PACKAGE
+FORBIDDEN: dict[str, tuple[str, ...]] = architecture.FORBIDDEN
+module_files = architecture.module_files
+imports = architecture.imports
+import_graph = architecture.import_graph
+_inside = architecture._inside
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -354,64 +282,9 @@ def test_the_real_graph_is_read(module: str) -> None:
     assert graph.get(module), f"{module} imports nothing?"
 
 
-# Layers: a module of the key's layer may not import one of these (dependencies point one way:
-# cli -> study -> (search, measure) -> (engine, bench, store, devices, space); readers of
-# results import selection). `search` is the study's alone; `measure` knows no study.
-FORBIDDEN = {
-    "autotune.study": ("autotune.cli",),
-    "autotune.search": ("autotune.cli", "autotune.study", "autotune.measure"),
-    "autotune.measure": ("autotune.cli", "autotune.study", "autotune.search"),
-    "autotune.export": ("autotune.cli", "autotune.study", "autotune.search"),
-    "autotune.dashboard": ("autotune.cli", "autotune.study", "autotune.search"),
-    # The engine model: a pure model of the engine, fitted to records; the study screens by it.
-    "autotune.predict": (
-        "autotune.cli",
-        "autotune.study",
-        "autotune.search",
-        "autotune.measure",
-        "autotune.dashboard",
-        "autotune.export",
-        "autotune.store",
-    ),
-    "autotune.selection": (
-        "autotune.cli",
-        "autotune.study",
-        "autotune.search",
-        "autotune.dashboard",
-    ),
-    "autotune.trial_data": (
-        "autotune.cli",
-        "autotune.study",
-        "autotune.search",
-        "autotune.dashboard",
-    ),
-    **{
-        low: (
-            "autotune.cli",
-            "autotune.study",
-            "autotune.search",
-            "autotune.measure",
-            "autotune.dashboard",
-            "autotune.export",
-        )
-        for low in (
-            "autotune.engine",
-            "autotune.bench",
-            "autotune.store",
-            "autotune.devices",
-            "autotune.space",
-            "autotune.spec",
-            "autotune.status",
-            "autotune.layout",
-            "autotune.host",
-            "autotune.numbers",
-        )
-    },
-}
-
-
 def layer_breaches(graph: dict[str, set[str]]) -> list[str]:
-    """`importer -> imported` edges that point up a layer (see FORBIDDEN)."""
+    """`importer -> imported` edges that point up a layer (see FORBIDDEN, in
+    scripts/architecture.py)."""
     found = []
     for importer, imported in sorted(graph.items()):
         for layer, above in FORBIDDEN.items():
@@ -481,3 +354,14 @@ def test_no_test_module_imports_another() -> None:
         for match in pattern.finditer(path.read_text())
     ]
     assert not found, found
+
+
+def test_the_architecture_page_is_current() -> None:
+    """docs/architecture.md is written from the code (layers, modules, line counts, what each
+    owns): a module added, grown or renamed makes it stale."""
+    committed = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    fresh = architecture.render(ROOT)
+    assert committed == fresh, (
+        f"docs/architecture.md is stale ({architecture.first_difference(committed, fresh)}): "
+        "run .venv/bin/python scripts/architecture.py"
+    )
