@@ -1,6 +1,6 @@
 """What a new `tune` request may not ask at once: flags that another flag makes meaningless
-(silently ignored until issue 49), settings whose study could never finish as asked, and
-goals that contradict each other. Each is refused in one line before the study exists.
+(else silently ignored), settings whose study could never finish as asked, and goals that
+contradict each other. Each is refused in one line before the study exists.
 
 These are judged on the request (`tune`), not on a stored study's spec: `worker`, `confirm`
 and `profile` read a study as it was made. The spec's own rules (`TuneSpec`) hold for both.
