@@ -1,7 +1,8 @@
 """The search-efficiency table on simulated landscapes (`search_efficiency.py --landscape`).
 
     python benchmarks/search_efficiency.py --landscape NAME[,NAME] [--methods gp,tpe,...]
-        [--seeds 10] [--trials 30] [--noise 0.05] [--drift 0.26] [--jobs 2] [--out F.json]
+        [--seeds 10] [--trials 30] [--noise-profile uniform|dedicated|shared|cpu-2core]
+        [--noise 0.05] [--drift 0.26] [--jobs 2] [--out F.json]
 
 For each landscape: its ground-truth optimum (random samples refined by a coordinate search,
 noise-free), then every method over every seed (see `tuning.py`), then per method the medians
@@ -33,6 +34,7 @@ from autotune.space import load_space
 
 from .cli import rank_correlation, run_cli
 from .landscapes import LANDSCAPES
+from .noise import PROFILES
 from .tuning import (
     DRIFT,
     METHODS,
@@ -46,6 +48,7 @@ from .tuning import (
 )
 
 ALL_METHODS = (*METHODS, "grid")
+UNIFORM = "uniform"  # the old model, a stress test: a level within +-noise per run, a drift
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -55,28 +58,47 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--methods", default=",".join(ALL_METHODS))
     add("--seeds", type=int, default=10)
     add("--trials", type=int, default=30, help="launched trials per study")
-    add("--noise", type=float, default=NOISE, help="run-to-run spread (+-)")
-    add("--drift", type=float, default=DRIFT, help="slow drift, at most, over half the period")
+    add(
+        "--noise-profile",
+        choices=(*PROFILES, UNIFORM),
+        default=UNIFORM,
+        help="the hosts' noise (benchmarks/sim/noise.py); uniform: the old +-noise and drift",
+    )
+    add("--noise", type=float, default=None, help=f"uniform: run-to-run spread (+-{NOISE})")
+    add("--drift", type=float, default=None, help=f"a stress test: slow drift (uniform: {DRIFT})")
     add("--jobs", type=int, default=2)
     add("--cli", action="store_true", help="run `autotune tune` on the simulated server")
     add("--time-scale", type=float, default=0.1, help="with --cli: wall s per simulated s")
     add("--chunk-tokens", type=int, default=16, help="with --cli: tokens per stream chunk")
     add("--root", type=Path, default=None, help="with --cli: where the studies go (kept)")
     add("--out", type=Path, default=None)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    uniform = args.noise_profile == UNIFORM
+    if not uniform and args.noise is not None:
+        parser.error("--noise is the uniform model's: a profile states its own spread")
+    if not uniform and args.cli:
+        parser.error("--cli: the simulated server draws only the uniform model's noise")
+    if args.noise is None:
+        args.noise = NOISE if uniform else 0.0
+    if args.drift is None:
+        args.drift = DRIFT if uniform else 0.0
+    return args
 
 
-Job = tuple[str, str, int, int, float, float, dict[str, Any] | None]
+Job = tuple[str, str, int, int, float, float, str, dict[str, Any] | None]
 
 
 def _one(job: Job) -> tuple[str, str, int, list[Step], dict[str, Any]]:
-    name, method, seed, trials, noise, drift, cli = job
+    name, method, seed, trials, noise, drift, profile_name, cli = job
     landscape = LANDSCAPES[name]
     truth = Truth(landscape)
+    profile = PROFILES.get(profile_name)
     if method == "grid":
-        return name, method, seed, run_grid(landscape, truth, noise, drift), {}
+        return name, method, seed, run_grid(landscape, truth, noise, drift, profile), {}
     if cli is None:
-        steps = run_method(landscape, METHODS[method], seed, trials, truth, noise, drift)
+        steps = run_method(
+            landscape, METHODS[method], seed, trials, truth, noise, drift, profile=profile
+        )
         return name, method, seed, steps, {}
     root = Path(cli["root"]) / f"{name}-{method}-{seed}"
     run = run_cli(
@@ -132,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             root = args.root or Path(tempfile.mkdtemp(prefix="autotune-sim-cli-"))
             cli = {"root": str(root), "scale": args.time_scale, "chunk_tokens": args.chunk_tokens}
         jobs: list[Job] = [
-            (name, m, seed, args.trials, args.noise, args.drift, cli)
+            (name, m, seed, args.trials, args.noise, args.drift, args.noise_profile, cli)
             for m in methods
             for seed in (range(1) if m == "grid" else range(args.seeds))
         ]

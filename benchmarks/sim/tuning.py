@@ -3,9 +3,10 @@
 Each method runs the tuner's own study loop (`autotune.study.StudyRunner`: baseline first, the
 gate's duplicates / known OOMs, recording, the sampler) for `trials` launched trials; only the
 device work of a trial is simulated: `SimMeasure` runs the landscape's scheduler over its
-workload (`simulate`) on a host whose speed follows a noise model like a shared host's (a
-per-run level within +-`noise`, and a slow drift of up to `drift` over `drift_period_s` of
-device time): every step 1/speed as long, the requests sent as they would be. After every
+workload (`simulate`) on a host whose noise follows a profile (`noise.PROFILES`: per metric,
+degraded runs, a cold engine, each device's offset, bad windows), or, as a stress test only,
+a per-run level within +-`noise` and a slow drift of up to `drift` over `drift_period_s` of
+device time: every step 1/speed as long, the requests sent as they would be. After every
 launched trial, the config `autotune export` would deploy then
 (`choose_export` over the study's records) is scored by the truth: its noise-free simulation,
 0 where it misses an SLO or fails. The result per method and seed is that progression, in
@@ -45,12 +46,15 @@ from autotune.study import Harness, StudyRunner
 
 from .landscapes import Landscape
 from .model import SimConfig
+from .noise import Draw, NoiseProfile, NoiseSource
 from .simulate import SimResult, simulate
 
 STARTUP_S = 60.0  # a CUDA engine's start-up with graphs (vLLM logs: 40-90 s on H100/A100)
 FAILED_STARTUP_S = 35.0  # an OOM is found during the memory profile, before graphs
-# The project's noise model (compare.py's defaults): a level within +-NOISE per run, times a
-# drift that slows the host by up to DRIFT over each DRIFT_PERIOD_S of device time.
+# The old noise model, now a stress test only (compare.py --noise-profile uniform): a level
+# within +-NOISE per run, times a drift that slows the host by up to DRIFT over each
+# DRIFT_PERIOD_S of device time. No repeated real runs show such a drift (issue 47): the
+# profiles in noise.py are what the benchmarks draw from.
 NOISE = 0.05
 DRIFT = 0.26
 DRIFT_PERIOD_S = 3600.0
@@ -98,10 +102,14 @@ class SimMeasure:
     drift_period_s: float = DRIFT_PERIOD_S
     seed: int = 0
     clock_s: float = 0.0  # device time spent so far: the drift follows it
+    profile: NoiseProfile | None = None  # with it, `noise` is unused (the drift still applies)
+    warmup: int | None = None  # warm-up requests per run; None: as many as the concurrency
     _rng: random.Random = field(init=False)
+    _source: NoiseSource | None = field(init=False)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
+        self._source = None if self.profile is None else NoiseSource(self.profile, self.seed)
 
     def factor(self, at_s: float) -> float:
         """The host's speed for a run whose benchmark is in the middle at `at_s`: a level
@@ -116,7 +124,12 @@ class SimMeasure:
             status = TrialStatus(result.failure or "crash")
             return Measurement(status, result.reason, device_s=FAILED_STARTUP_S)
         # The benchmark measures the host while it runs: after the start-up, over its duration.
-        f = self.factor(self.clock_s + STARTUP_S + result.duration_s / 2)
+        at_s = self.clock_s + STARTUP_S + result.duration_s / 2
+        draw = self._draw(config, result, at_s)
+        if draw is None:
+            f = self.factor(at_s)
+        else:
+            f = draw.speed * drift_factor(at_s, self.drift, self.drift_period_s)
         # The same requests on a host f times as fast: in a closed loop the run stretches by
         # 1/f; under a fixed rate the throughput stays the offered one while batches and
         # queues grow (so the drift fit reads no drift there, autotune.drift says why).
@@ -125,7 +138,7 @@ class SimMeasure:
         raw = simulate(land.hardware, cfg, land.workload, speed=f, records=True)
         device_s = STARTUP_S + raw.duration_s
         self.clock_s += device_s
-        summary = measured_summary(land, raw)
+        summary = measured_summary(land, raw if draw is None else with_draw(raw, draw))
         # What a real trial leaves for the engine model: its requests and the KV capacity its
         # engine logged (`autotune.predict`).
         trial_dir.mkdir(parents=True, exist_ok=True)
@@ -136,6 +149,44 @@ class SimMeasure:
         return Measurement(
             TrialStatus.OK, summary=summary, engine=facts, device_s=device_s, at_s=self.clock_s
         )
+
+    def _draw(self, config: EngineConfig, result: SimResult, at_s: float) -> Draw | None:
+        """The profile's draw for this run (None without a profile): on the trial's first
+        leased device, at the load's share of the engine's batch slots."""
+        if self._source is None:
+            return None
+        w = self.truth.landscape.workload
+        visible = config.env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        device = int(visible) if visible.isdigit() else 0
+        in_flight = w.concurrency
+        if in_flight is None:  # an open loop: Little's law on the noise-free run
+            out = sum(o for _, o in w.lengths) / max(len(w.lengths), 1)
+            latency_s = (result.p50_ttft_ms + result.p50_tpot_ms * out) / 1000
+            in_flight = math.ceil((w.rate or 0.0) * latency_s)
+        seqs = sim_config(self.truth.landscape, config.args).max_num_seqs
+        return self._source.draw(
+            at_s,
+            device=device,
+            warmup=w.concurrency if self.warmup is None else self.warmup,
+            concurrency=w.concurrency,
+            load=in_flight / max(seqs, 1),
+        )
+
+
+def with_draw(result: SimResult, draw: Draw) -> SimResult:
+    """`result` as the client measured it through a draw's per-metric factors (its host speed
+    is already in it): the per-request TTFTs and TPOTs (goodput judges them) by the p50's."""
+    return dataclasses.replace(
+        result,
+        output_throughput=result.output_throughput * draw.throughput,
+        request_throughput=result.request_throughput * draw.throughput,
+        p50_ttft_ms=result.p50_ttft_ms * draw.p50_ttft,
+        p99_ttft_ms=result.p99_ttft_ms * draw.p99_ttft,
+        p50_tpot_ms=result.p50_tpot_ms * draw.tpot,
+        p99_tpot_ms=result.p99_tpot_ms * draw.tpot,
+        ttft_ms=tuple(v * draw.p50_ttft for v in result.ttft_ms),
+        tpot_ms=tuple(None if v is None else v * draw.tpot for v in result.tpot_ms),
+    )
 
 
 def load_profile(landscape: Landscape) -> LoadProfile:
@@ -298,12 +349,13 @@ def run_method(
     noise: float = 0.0,
     drift: float = 0.0,
     root: Path | None = None,
+    profile: NoiseProfile | None = None,
 ) -> list[Step]:
     """One study of `method`: the truth of export's choice after each launched trial."""
     with tempfile.TemporaryDirectory(dir=root) as tmp, own_locks(Path(tmp)):
         spec = spec_for(landscape, method, seed, trials, Path(tmp))
         space = load_space(spec.space)
-        measure = SimMeasure(truth, noise=noise, drift=drift, seed=seed * 7919 + 1)
+        measure = SimMeasure(truth, noise=noise, drift=drift, seed=seed * 7919 + 1, profile=profile)
         store = StudyStore(spec.storage_url)
         steps: list[Step] = []
 
@@ -353,10 +405,16 @@ def grid_points(space: SearchSpace, landscape: Landscape) -> list[dict[str, Any]
     ]
 
 
-def run_grid(landscape: Landscape, truth: Truth, noise: float, drift: float) -> list[Step]:
+def run_grid(
+    landscape: Landscape,
+    truth: Truth,
+    noise: float,
+    drift: float,
+    profile: NoiseProfile | None = None,
+) -> list[Step]:
     """The grid in its order; the deployed config is the best measured feasible one so far."""
     space = load_space(landscape.space)
-    measure = SimMeasure(truth, noise=noise, drift=drift, seed=1)
+    measure = SimMeasure(truth, noise=noise, drift=drift, seed=1, profile=profile)
     best_measured, best_truth, steps = -1.0, 0.0, []
     for k, params in enumerate(grid_points(space, landscape)):
         options, _ = space.to_engine(params)
