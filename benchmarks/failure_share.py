@@ -36,7 +36,7 @@ import optuna
 from rich.console import Console
 
 from autotune.bench import build_requests
-from autotune.cli._render import event_printer
+from autotune.cli._progress import event_printer
 from autotune.devices import DeviceMemory
 from autotune.engine import EngineConfig, LaunchSettings
 from autotune.measure import Measure, Measurement, Workplan, measure

@@ -71,6 +71,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--time-scale", type=float, default=0.1, help="with --cli: wall s per simulated s")
     add("--chunk-tokens", type=int, default=16, help="with --cli: tokens per stream chunk")
     add("--root", type=Path, default=None, help="with --cli: where the studies go (kept)")
+    add("--precision", default=None, help="with --cli: tune --precision (default: tune's)")
     add("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     uniform = args.noise_profile == UNIFORM
@@ -103,7 +104,7 @@ def _one(job: Job) -> tuple[str, str, int, list[Step], dict[str, Any]]:
     root = Path(cli["root"]) / f"{name}-{method}-{seed}"
     run = run_cli(
         landscape, METHODS[method], seed, trials, truth, root, scale=cli["scale"],
-        chunk_tokens=cli["chunk_tokens"], noise=noise, drift=drift,
+        chunk_tokens=cli["chunk_tokens"], noise=noise, drift=drift, precision=cli["precision"],
     )  # fmt: skip
     extra = {k: v for k, v in asdict(run).items() if k != "steps"}
     return name, method, seed, run.steps, extra
@@ -152,7 +153,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         cli = None
         if args.cli:
             root = args.root or Path(tempfile.mkdtemp(prefix="autotune-sim-cli-"))
-            cli = {"root": str(root), "scale": args.time_scale, "chunk_tokens": args.chunk_tokens}
+            cli = {
+                "root": str(root), "scale": args.time_scale,
+                "chunk_tokens": args.chunk_tokens, "precision": args.precision,
+            }  # fmt: skip
         jobs: list[Job] = [
             (name, m, seed, args.trials, args.noise, args.drift, args.noise_profile, cli)
             for m in methods
