@@ -3,6 +3,7 @@ trial records, specs, spaces and the scripted measure) at the end."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,13 @@ from autotune.store import TrialRecord
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_ENGINE = REPO / "tests" / "fake_engine.py"
+
+# A suite started in the background of a non-interactive shell (`scripts/test.sh &`) inherits
+# SIGINT ignored, as every background job does, and so would each tuner and dashboard a test
+# starts: the tests that stop one with SIGINT (Ctrl-C) then waited out their bounds. A Python
+# handler is reset to the default on exec, so their processes take SIGINT as a user's would.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
