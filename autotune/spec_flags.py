@@ -10,8 +10,9 @@ from autotune.limits import MAX_FACTOR
 from autotune.spec_errors import SpecError
 
 
-def parse_pairs(items: list[str], what: str) -> dict[str, float]:
-    """`["p99_ttft_ms=2000", ...]` -> `{"p99_ttft_ms": 2000.0}`."""
+def parse_pairs(items: list[str], what: str, problem: str | None = None) -> dict[str, float]:
+    """`["p99_ttft_ms=2000", ...]` -> `{"p99_ttft_ms": 2000.0}`; an item that is no
+    NAME=NUMBER raises SpecError with `problem` (default: `what` and the item)."""
     out: dict[str, float] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -20,7 +21,9 @@ def parse_pairs(items: list[str], what: str) -> dict[str, float]:
         except ValueError:
             sep = ""
         if not sep:
-            raise SpecError(f"{what} {item!r}: expected NAME=NUMBER, e.g. p99_ttft_ms=2000")
+            raise SpecError(
+                problem or f"{what} {item!r}: expected NAME=NUMBER, e.g. p99_ttft_ms=2000"
+            )
     return out
 
 
@@ -77,16 +80,8 @@ def parse_precision(text: str) -> dict[str, float] | str:
     `bench.Precision`."""
     if text.strip() == "off":
         return "off"
-    out: dict[str, float] = {}
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise SpecError(
-                f"--precision {text!r}: expected off, or KEY=NUMBER pairs of throughput, slo, "
-                "max_s, max_batches (e.g. throughput=0.05,max_s=120)"
-            )
-    return out
+    problem = (
+        f"--precision {text!r}: expected off, or KEY=NUMBER pairs of throughput, slo, max_s, "
+        "max_batches (e.g. throughput=0.05,max_s=120)"
+    )
+    return parse_pairs(text.split(","), "--precision", problem)
