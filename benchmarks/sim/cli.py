@@ -44,7 +44,8 @@ from autotune.status import PREDICTED_STATUSES, TrialStatus
 from autotune.store import StudyStore, TrialRecord
 
 from .landscapes import Landscape
-from .tuning import FAILED_STARTUP_S, STARTUP_S, Method, Step, Truth, model_folder
+from .truth import Truth
+from .tuning import FAILED_STARTUP_S, STARTUP_S, Method, Step, model_folder
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = Path(__file__).resolve().with_name("server.py")

@@ -34,18 +34,9 @@ from autotune.space import load_space
 
 from .cli import rank_correlation, run_cli
 from .landscapes import LANDSCAPES
-from .noise import PROFILES
-from .tuning import (
-    DRIFT,
-    METHODS,
-    NOISE,
-    Step,
-    Truth,
-    optimum,
-    reached,
-    run_grid,
-    run_method,
-)
+from .noise import DRIFT, NOISE, PROFILES
+from .truth import Truth, optimum
+from .tuning import METHODS, Step, reached, run_grid, run_method
 
 ALL_METHODS = (*METHODS, "grid")
 UNIFORM = "uniform"  # the old model, a stress test: a level within +-noise per run, a drift

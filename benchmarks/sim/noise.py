@@ -6,18 +6,23 @@ warm-up shorter than the concurrency) reads, how far one device sits from anothe
 model, and, for `shared`, bad windows: a regime that comes and goes over hours, in which a run
 is degraded far more often. Every figure cites its source here and in docs/benchmarks.md
 ("Noise profiles of the simulated hosts"). The old uniform +-noise and the smooth drift
-(`tuning.SimMeasure(noise=, drift=)`) stay as a stress test only: no source shows a drift.
+(`Host(noise=, drift=)`) stay as a stress test only: no source shows a drift.
 
 `NoiseSource` draws a run's factors from a seeded numpy Generator: the same seed, the same
-sequence of calls, the same draws.
+sequence of calls, the same draws. `Host` is what a simulated trial asks: the speed its run is
+simulated at and the draw that multiplies what the client measured (`with_draw`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .simulate import SimResult, SimWorkload
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,12 @@ class NoiseProfile:
 
 
 HOUR = 3600.0
+# The old noise model, now a stress test only (compare.py --noise-profile uniform): a level
+# within +-NOISE per run, times a drift that slows the host by up to DRIFT over each
+# DRIFT_PERIOD_S of device time. No repeated real runs show such a drift (issue 47).
+NOISE = 0.05
+DRIFT = 0.26
+DRIFT_PERIOD_S = 3600.0
 
 # Sources (docs/benchmarks.md, "Noise profiles of the simulated hosts", has the table):
 #   aicr: NVIDIA aicr inference-perf fluctuation investigation (GKE 8x H100 137.1k / 140.6k /
@@ -209,3 +220,73 @@ def cold_shortfall(warmup: int | None, concurrency: int | None) -> float:
     if warmup is None or concurrency is None or concurrency <= 0 or warmup >= concurrency:
         return 0.0
     return 1.0 - max(warmup, 0) / concurrency
+
+
+def drift_factor(at_s: float, drift: float, period_s: float = DRIFT_PERIOD_S) -> float:
+    """The drift's share of the host's speed at device time `at_s`: 1 at the start of each
+    period, 1 - `drift` in its middle."""
+    return 1.0 - drift * 0.5 * (1 - math.cos(2 * math.pi * at_s / period_s))
+
+
+@dataclass
+class Host:
+    """A simulated host over one study: a profile's draws, or without one the stress test's
+    level within +-`noise` per run; either times the drift of up to `drift` (seeded)."""
+
+    noise: float = 0.0
+    drift: float = 0.0
+    drift_period_s: float = DRIFT_PERIOD_S
+    profile: NoiseProfile | None = None  # with it, `noise` is unused
+    seed: int = 0
+    _rng: random.Random = field(init=False)
+    _source: NoiseSource | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._source = None if self.profile is None else NoiseSource(self.profile, self.seed)
+
+    def run(
+        self,
+        at_s: float,
+        *,
+        device: int = 0,
+        warmup: int | None = None,
+        concurrency: int | None = None,
+        load: float = 0.0,
+    ) -> tuple[float, Draw | None]:
+        """The host's speed for a run whose benchmark is in the middle at `at_s`, and the
+        profile's draw for it (None without a profile); the arguments as `NoiseSource.draw`."""
+        drift = drift_factor(at_s, self.drift, self.drift_period_s)
+        if self._source is None:
+            return (1.0 + self._rng.uniform(-self.noise, self.noise)) * drift, None
+        draw = self._source.draw(
+            at_s, device=device, warmup=warmup, concurrency=concurrency, load=load
+        )
+        return draw.speed * drift, draw
+
+
+def load_share(workload: SimWorkload, truth: SimResult, max_num_seqs: int) -> float:
+    """Requests in flight over the engine's batch slots: the closed loop's concurrency, or an
+    open loop's by Little's law on the noise-free run `truth`."""
+    in_flight = workload.concurrency
+    if in_flight is None:
+        out = sum(o for _, o in workload.lengths) / max(len(workload.lengths), 1)
+        latency_s = (truth.p50_ttft_ms + truth.p50_tpot_ms * out) / 1000
+        in_flight = math.ceil((workload.rate or 0.0) * latency_s)
+    return in_flight / max(max_num_seqs, 1)
+
+
+def with_draw(result: SimResult, draw: Draw) -> SimResult:
+    """`result` as the client measured it through a draw's per-metric factors (its host speed
+    is already in it): the per-request TTFTs and TPOTs (goodput judges them) by the p50's."""
+    return dataclasses.replace(
+        result,
+        output_throughput=result.output_throughput * draw.throughput,
+        request_throughput=result.request_throughput * draw.throughput,
+        p50_ttft_ms=result.p50_ttft_ms * draw.p50_ttft,
+        p99_ttft_ms=result.p99_ttft_ms * draw.p99_ttft,
+        p50_tpot_ms=result.p50_tpot_ms * draw.tpot,
+        p99_tpot_ms=result.p99_tpot_ms * draw.tpot,
+        ttft_ms=tuple(v * draw.p50_ttft for v in result.ttft_ms),
+        tpot_ms=tuple(None if v is None else v * draw.tpot for v in result.tpot_ms),
+    )

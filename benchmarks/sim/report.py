@@ -39,8 +39,8 @@ from autotune.space import SearchSpace, load_space
 
 from .landscapes import LANDSCAPES, Landscape
 from .model import SimConfig
+from .noise import DRIFT, DRIFT_PERIOD_S, NOISE
 from .simulate import SimResult, simulate
-from .tuning import DRIFT, DRIFT_PERIOD_S, NOISE
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def drift_window_s(speed: float) -> float | None:
     floor = speed / (1 + NOISE)  # the drift's factor that a lucky run needs
     if floor <= 1 - DRIFT:
         return None
-    # tuning.drift_factor(t) = 1 - DRIFT / 2 * (1 - cos(2 pi t / period)) >= floor
+    # noise.drift_factor(t) = 1 - DRIFT / 2 * (1 - cos(2 pi t / period)) >= floor
     cos = 1 - 2 * (1 - floor) / DRIFT
     return math.acos(cos) / (2 * math.pi) * DRIFT_PERIOD_S
 

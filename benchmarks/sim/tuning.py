@@ -6,9 +6,9 @@ device work of a trial is simulated: `SimMeasure` runs the landscape's scheduler
 workload (`simulate`) on a host whose noise follows a profile (`noise.PROFILES`: per metric,
 degraded runs, a cold engine, each device's offset, bad windows), or, as a stress test only,
 a per-run level within +-`noise` and a slow drift of up to `drift` over `drift_period_s` of
-device time: every step 1/speed as long, the requests sent as they would be. After every
-launched trial, the config `autotune export` would deploy then
-(`choose_export` over the study's records) is scored by the truth: its noise-free simulation,
+device time (`noise.Host`): every step 1/speed as long, the requests sent as they would be.
+After every launched trial, the config `autotune export` would deploy then (`choose_export`
+over the study's records) is scored by the truth (`truth.Truth`): its noise-free simulation,
 0 where it misses an SLO or fails. The result per method and seed is that progression, in
 launched trials and in device seconds (start-up + the benchmark, as a real trial would cost).
 """
@@ -16,11 +16,9 @@ launched trials and in device seconds (start-up + the benchmark, as a real trial
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
-import random
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from autotune import layout
 from autotune.bench import LoadProfile, Stats, Summary, write_records
@@ -45,51 +42,12 @@ from autotune.store import StudyStore, TrialFacts
 from autotune.study import Harness, StudyRunner
 
 from .landscapes import Landscape
-from .model import SimConfig
-from .noise import Draw, NoiseProfile, NoiseSource
+from .noise import DRIFT_PERIOD_S, Host, NoiseProfile, load_share, with_draw
 from .simulate import SimResult, simulate
+from .truth import Truth, sim_config
 
 STARTUP_S = 60.0  # a CUDA engine's start-up with graphs (vLLM logs: 40-90 s on H100/A100)
 FAILED_STARTUP_S = 35.0  # an OOM is found during the memory profile, before graphs
-# The old noise model, now a stress test only (compare.py --noise-profile uniform): a level
-# within +-NOISE per run, times a drift that slows the host by up to DRIFT over each
-# DRIFT_PERIOD_S of device time. No repeated real runs show such a drift (issue 47): the
-# profiles in noise.py are what the benchmarks draw from.
-NOISE = 0.05
-DRIFT = 0.26
-DRIFT_PERIOD_S = 3600.0
-
-
-def drift_factor(at_s: float, drift: float, period_s: float = DRIFT_PERIOD_S) -> float:
-    """The drift's share of the host's speed at device time `at_s`: 1 at the start of each
-    period, 1 - `drift` in its middle."""
-    return 1.0 - drift * 0.5 * (1 - math.cos(2 * math.pi * at_s / period_s))
-
-
-def sim_config(landscape: Landscape, options: dict[str, Any]) -> SimConfig:
-    return SimConfig.from_options(options, landscape.defaults)
-
-
-@dataclass
-class Truth:
-    """Noise-free results by config, computed once (the scheduler is deterministic)."""
-
-    landscape: Landscape
-    cache: dict[tuple[tuple[str, Any], ...], SimResult] = field(default_factory=dict)
-
-    def result(self, options: dict[str, Any]) -> SimResult:
-        cfg = sim_config(self.landscape, options)
-        key = tuple(sorted(vars(cfg).items()))
-        if key not in self.cache:
-            self.cache[key] = simulate(self.landscape.hardware, cfg, self.landscape.workload)
-        return self.cache[key]
-
-    def score(self, options: dict[str, Any]) -> float:
-        """The landscape's metric where every SLO holds on the summary (p99s), else 0."""
-        result = self.result(options)
-        if not result.ok or not result.meets(self.landscape.slos):
-            return 0.0
-        return self.landscape.score(result)
 
 
 @dataclass
@@ -104,18 +62,10 @@ class SimMeasure:
     clock_s: float = 0.0  # device time spent so far: the drift follows it
     profile: NoiseProfile | None = None  # with it, `noise` is unused (the drift still applies)
     warmup: int | None = None  # warm-up requests per run; None: as many as the concurrency
-    _rng: random.Random = field(init=False)
-    _source: NoiseSource | None = field(init=False)
+    _host: Host = field(init=False)
 
     def __post_init__(self) -> None:
-        self._rng = random.Random(self.seed)
-        self._source = None if self.profile is None else NoiseSource(self.profile, self.seed)
-
-    def factor(self, at_s: float) -> float:
-        """The host's speed for a run whose benchmark is in the middle at `at_s`: a level
-        within +-noise, times the drift then."""
-        level = 1.0 + self._rng.uniform(-self.noise, self.noise)
-        return level * drift_factor(at_s, self.drift, self.drift_period_s)
+        self._host = Host(self.noise, self.drift, self.drift_period_s, self.profile, self.seed)
 
     def __call__(self, config: EngineConfig, trial_dir: Path, judge: Any = None) -> Measurement:
         result = self.truth.result(config.args)
@@ -124,17 +74,20 @@ class SimMeasure:
             status = TrialStatus(result.failure or "crash")
             return Measurement(status, result.reason, device_s=FAILED_STARTUP_S)
         # The benchmark measures the host while it runs: after the start-up, over its duration.
-        at_s = self.clock_s + STARTUP_S + result.duration_s / 2
-        draw = self._draw(config, result, at_s)
-        if draw is None:
-            f = self.factor(at_s)
-        else:
-            f = draw.speed * drift_factor(at_s, self.drift, self.drift_period_s)
+        # The run is on the trial's first leased device, at the load's share of its batch slots.
+        land = self.truth.landscape
+        cfg = sim_config(land, config.args)
+        visible = config.env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        f, draw = self._host.run(
+            self.clock_s + STARTUP_S + result.duration_s / 2,
+            device=int(visible) if visible.isdigit() else 0,
+            warmup=land.workload.concurrency if self.warmup is None else self.warmup,
+            concurrency=land.workload.concurrency,
+            load=load_share(land.workload, result, cfg.max_num_seqs),
+        )
         # The same requests on a host f times as fast: in a closed loop the run stretches by
         # 1/f; under a fixed rate the throughput stays the offered one while batches and
         # queues grow (so the drift fit reads no drift there, autotune.drift says why).
-        land = self.truth.landscape
-        cfg = sim_config(land, config.args)
         raw = simulate(land.hardware, cfg, land.workload, speed=f, records=True)
         device_s = STARTUP_S + raw.duration_s
         self.clock_s += device_s
@@ -150,67 +103,11 @@ class SimMeasure:
             TrialStatus.OK, summary=summary, engine=facts, device_s=device_s, at_s=self.clock_s
         )
 
-    def _draw(self, config: EngineConfig, result: SimResult, at_s: float) -> Draw | None:
-        """The profile's draw for this run (None without a profile): on the trial's first
-        leased device, at the load's share of the engine's batch slots."""
-        if self._source is None:
-            return None
-        w = self.truth.landscape.workload
-        visible = config.env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
-        device = int(visible) if visible.isdigit() else 0
-        in_flight = w.concurrency
-        if in_flight is None:  # an open loop: Little's law on the noise-free run
-            out = sum(o for _, o in w.lengths) / max(len(w.lengths), 1)
-            latency_s = (result.p50_ttft_ms + result.p50_tpot_ms * out) / 1000
-            in_flight = math.ceil((w.rate or 0.0) * latency_s)
-        seqs = sim_config(self.truth.landscape, config.args).max_num_seqs
-        return self._source.draw(
-            at_s,
-            device=device,
-            warmup=w.concurrency if self.warmup is None else self.warmup,
-            concurrency=w.concurrency,
-            load=in_flight / max(seqs, 1),
-        )
-
-
-def with_draw(result: SimResult, draw: Draw) -> SimResult:
-    """`result` as the client measured it through a draw's per-metric factors (its host speed
-    is already in it): the per-request TTFTs and TPOTs (goodput judges them) by the p50's."""
-    return dataclasses.replace(
-        result,
-        output_throughput=result.output_throughput * draw.throughput,
-        request_throughput=result.request_throughput * draw.throughput,
-        p50_ttft_ms=result.p50_ttft_ms * draw.p50_ttft,
-        p99_ttft_ms=result.p99_ttft_ms * draw.p99_ttft,
-        p50_tpot_ms=result.p50_tpot_ms * draw.tpot,
-        p99_tpot_ms=result.p99_tpot_ms * draw.tpot,
-        ttft_ms=tuple(v * draw.p50_ttft for v in result.ttft_ms),
-        tpot_ms=tuple(None if v is None else v * draw.tpot for v in result.tpot_ms),
-    )
-
 
 def load_profile(landscape: Landscape) -> LoadProfile:
     """The landscape's load as the tuner's spec states it."""
     w = landscape.workload
     return LoadProfile(rate=w.rate, concurrency=w.concurrency, seed=w.seed)
-
-
-def on_clock(result: SimResult, read: float) -> SimResult:
-    """`result`, simulated on a clock `read` times as slow, as the real clock measures it."""
-    if read == 1.0:
-        return result
-    return dataclasses.replace(
-        result,
-        duration_s=result.duration_s / read,
-        output_throughput=result.output_throughput * read,
-        request_throughput=result.request_throughput * read,
-        p50_ttft_ms=result.p50_ttft_ms / read,
-        p99_ttft_ms=result.p99_ttft_ms / read,
-        p50_tpot_ms=result.p50_tpot_ms / read,
-        p99_tpot_ms=result.p99_tpot_ms / read,
-        ttft_ms=tuple(v / read for v in result.ttft_ms),
-        tpot_ms=tuple(None if v is None else v / read for v in result.tpot_ms),
-    )
 
 
 def _stats(p50: float, p99: float) -> Stats:
@@ -441,46 +338,3 @@ def reached(steps: Sequence[Step], optimum: float, share: float) -> tuple[int, f
         if step.truth >= share * optimum:
             return k, step.device_s
     return None
-
-
-def optimum(
-    landscape: Landscape, truth: Truth, samples: int = 120, seed: int = 0
-) -> tuple[dict[str, Any], float]:
-    """The best feasible config by the truth: random samples, then a coordinate search over
-    every parameter's neighbouring values until no move improves it."""
-    space = load_space(landscape.space)
-    dists = space.distributions()
-    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed))
-    best, best_score = space.baseline_params(), -1.0
-    candidates = [space.baseline_params()]
-    for _ in range(samples):
-        candidates.append(study.ask(dists).params)
-    for params in candidates:
-        score = truth.score(space.to_engine(params)[0])
-        if score > best_score:
-            best, best_score = params, score
-    improved = True
-    while improved:
-        improved = False
-        for name, dist in dists.items():
-            for value in _neighbours(dist, best[name]):
-                params = {**best, name: value}
-                score = truth.score(space.to_engine(params)[0])
-                if score > best_score * (1 + 1e-6):
-                    best, best_score, improved = params, score, True
-    return best, best_score
-
-
-def _neighbours(dist: Any, value: Any) -> list[Any]:
-    if isinstance(dist, CategoricalDistribution):
-        return [c for c in dist.choices if c != value]
-    step = dist.step or (1 if not isinstance(dist, FloatDistribution) else 0.01)
-    out = []
-    for k in (1, 2, 4, 8, 16, 32, 64, 128):
-        for sign in (1, -1):
-            v = value + sign * k * step
-            if dist.log and not isinstance(dist, FloatDistribution):
-                v = round(value * (1 + sign * 0.02 * k))
-            if dist.low <= v <= dist.high and v != value:
-                out.append(round(v, 6) if isinstance(dist, FloatDistribution) else int(v))
-    return out

@@ -18,7 +18,8 @@ import sim.compare  # noqa: E402
 from sim.cli import launched, rank_correlation, run_cli, workload_flags  # noqa: E402
 from sim.compare import main as compare_main  # noqa: E402
 from sim.landscapes import LANDSCAPES  # noqa: E402
-from sim.tuning import METHODS, Truth  # noqa: E402
+from sim.truth import Truth  # noqa: E402
+from sim.tuning import METHODS  # noqa: E402
 
 from autotune.store import StudyStore  # noqa: E402
 

@@ -26,7 +26,8 @@ from sim.noise import (  # noqa: E402
     NoiseProfile,
     NoiseSource,
 )
-from sim.tuning import METHODS, STARTUP_S, SimMeasure, Truth, run_method  # noqa: E402
+from sim.truth import Truth  # noqa: E402
+from sim.tuning import METHODS, STARTUP_S, SimMeasure, run_method  # noqa: E402
 
 from autotune.engine import EngineConfig  # noqa: E402
 from autotune.space import load_space  # noqa: E402

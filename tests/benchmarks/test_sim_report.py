@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from sim.landscapes import LANDSCAPES  # noqa: E402
+from sim.noise import DRIFT_PERIOD_S, drift_factor  # noqa: E402
 from sim.report import (  # noqa: E402
     DRIFT,
     NOISE,
@@ -21,7 +22,6 @@ from sim.report import (  # noqa: E402
     evaluate,
     required_speed,
 )
-from sim.tuning import DRIFT_PERIOD_S, drift_factor  # noqa: E402
 
 from autotune.space import load_space  # noqa: E402
 

@@ -14,15 +14,14 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from sim.compare import _median, summarize  # noqa: E402
 from sim.landscapes import LANDSCAPES  # noqa: E402
 from sim.simulate import simulate  # noqa: E402
+from sim.truth import Truth, sim_config  # noqa: E402
 from sim.tuning import (  # noqa: E402
     METHODS,
     SimMeasure,
     Step,
-    Truth,
     grid_points,
     reached,
     run_method,
-    sim_config,
 )
 
 from autotune.engine import EngineConfig  # noqa: E402
