@@ -126,9 +126,11 @@ def run_cli(
     drift: float = 0.0,
     drift_period_s: float = 3600.0,
     precision: str | None = None,
+    profile: str | None = None,
 ) -> CliRun:
     """One `autotune tune` + `autotune export` of `method` on the simulated engine, each
-    trial measured to `precision` (`tune --precision`; None: the tuner's default)."""
+    trial measured to `precision` (`tune --precision`; None: the tuner's default), on a host
+    of noise `profile` (`noise.PROFILES`; None: the uniform `noise` and the drift)."""
     root.mkdir(parents=True, exist_ok=True)
     study = f"{landscape.name}-{method.name}-{seed}"
     env = {
@@ -142,6 +144,9 @@ def run_cli(
         # The drift's period is in wall time: scaled like the benchmarks it slows.
         "SIM_DRIFT_PERIOD_S": str(drift_period_s * scale),
         "SIM_DRIFT_T0": str(time.time()),
+        # A profile's windows and device offsets are the study's, as in-process (`run_method`).
+        "SIM_NOISE_PROFILE": profile or "",
+        "SIM_NOISE_SEED": str(seed * 7919 + 1),
     }
     env.pop("SIM_SEED", None)  # each start draws its own level, as a real host does
     cli = [sys.executable, "-m", "autotune"]

@@ -68,8 +68,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     uniform = args.noise_profile == UNIFORM
     if not uniform and args.noise is not None:
         parser.error("--noise is the uniform model's: a profile states its own spread")
-    if not uniform and args.cli:
-        parser.error("--cli: the simulated server draws only the uniform model's noise")
     if args.noise is None:
         args.noise = NOISE if uniform else 0.0
     if args.drift is None:
@@ -96,6 +94,7 @@ def _one(job: Job) -> tuple[str, str, int, list[Step], dict[str, Any]]:
     run = run_cli(
         landscape, METHODS[method], seed, trials, truth, root, scale=cli["scale"],
         chunk_tokens=cli["chunk_tokens"], noise=noise, drift=drift, precision=cli["precision"],
+        profile=profile_name if profile else None,
     )  # fmt: skip
     extra = {k: v for k, v in asdict(run).items() if k != "steps"}
     return name, method, seed, run.steps, extra

@@ -146,12 +146,16 @@ class NoiseSource:
 
     profile: NoiseProfile
     seed: int = 0
+    # With it, the runs' draws are seeded apart from the study's windows and devices: one
+    # server start's run in a study (benchmarks/sim/server.py), the rest shared by the study.
+    run_seed: int | None = None
     _rng: np.random.Generator = field(init=False)
     _windows: list[tuple[float, bool]] = field(init=False)  # (spell end, spell is bad)
     _windows_rng: np.random.Generator = field(init=False)  # apart: runs don't move windows
 
     def __post_init__(self) -> None:
-        self._rng = np.random.default_rng(self.seed)
+        runs = self.seed if self.run_seed is None else [self.seed, 3, self.run_seed]
+        self._rng = np.random.default_rng(runs)
         self._windows = []
         self._windows_rng = np.random.default_rng([self.seed, 2])
         w = self.profile.bad_windows

@@ -13,12 +13,19 @@ says how far behind that schedule it ran at worst (`behind_s`, wall seconds): a 
 process delivers late.
 
 Environment: SIM_LANDSCAPE; SIM_TIME_SCALE (1.0); SIM_CHUNK_TOKENS (8: tokens per SSE event
-after the first); SIM_NOISE (0: a start-to-start factor uniform in 1 +- NOISE on step times,
-plus per-step jitter of a fifth of it); SIM_SEED (with it, the noise is fixed per config;
-without, fresh per start); SIM_DRIFT (0: slowdown up to this share, a sinusoid of host time
-with period SIM_DRIFT_PERIOD_S, default 3600, so 30 minutes go from none to all of it, none
-at the epoch SIM_DRIFT_T0, default 0);
-SIM_STARTUP_S (0.3). Text prompts count as len(text) / 4 tokens; token-id prompts exactly.
+after the first); SIM_NOISE_PROFILE (or `--noise-profile`: dedicated, shared or cpu-2core,
+`noise.PROFILES`; with it, each start is one run of that host: its step times over the draw's
+speed and throughput factor, the draw's device being the first of CUDA_VISIBLE_DEVICES, its bad
+window read at the simulated time since SIM_DRIFT_T0, SIM_NOISE_SEED seeding the study's
+windows and device offsets); SIM_NOISE (0, without a profile: a start-to-start factor uniform
+in 1 +- NOISE on step times, plus per-step jitter of a fifth of it); SIM_SEED (with it, the
+noise is fixed per config; without, fresh per start); SIM_DRIFT (0: slowdown up to this
+share, a sinusoid of host time with period SIM_DRIFT_PERIOD_S, default 3600, so 30 minutes go
+from none to all of it, none at the epoch SIM_DRIFT_T0, default 0); SIM_STARTUP_S (0.3).
+What a profile's draw does to the client's other metrics (TPOT, TTFT) is what its step times
+do; its separate per-metric spreads and the cold engine are drawn in-process only
+(`tuning.SimMeasure`): the tuner warms each run with the concurrency, so the cold shortfall is
+0 there. Text prompts count as len(text) / 4 tokens; token-id prompts exactly.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from .model import (
     scheduler_config,
     step_cost,
 )
+from .noise import PROFILES, Draw, NoiseProfile, NoiseSource
 
 PID = os.getpid()
 
@@ -112,10 +120,11 @@ def failure_log(landscape: Landscape, cfg: SimConfig, plan: MemoryPlan) -> str:
 
 
 class Noise:
-    """Step-time factor: a per-start level, per-step jitter and a slow drift of host time."""
+    """Step-time factor: a per-start level (a profile's draw, or uniform within +-SIM_NOISE),
+    the uniform model's per-step jitter and a slow drift of host time."""
 
-    def __init__(self, cfg: SimConfig) -> None:
-        self.noise = float(os.environ.get("SIM_NOISE", "0"))
+    def __init__(self, cfg: SimConfig, profile: NoiseProfile | None = None) -> None:
+        self.noise = 0.0 if profile else float(os.environ.get("SIM_NOISE", "0"))
         self.drift = float(os.environ.get("SIM_DRIFT", "0"))
         self.period = float(os.environ.get("SIM_DRIFT_PERIOD_S", "3600"))
         self.t0 = float(os.environ.get("SIM_DRIFT_T0", "0"))
@@ -123,6 +132,20 @@ class Noise:
         key = f"{seed}/{sorted(vars(cfg).items())}" if seed else f"{time.time_ns()}/{PID}"
         self.rng = random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
         self.level = 1.0 + self.rng.uniform(-self.noise, self.noise)
+        self.draw: Draw | None = None
+        if profile is not None:
+            self.draw = self._run(profile)
+            self.level = 1.0 / (self.draw.speed * self.draw.throughput)
+
+    def _run(self, profile: NoiseProfile) -> Draw:
+        """This start's run on the profile's host: the study's windows and device offsets
+        (SIM_NOISE_SEED), this start's own draw, at the simulated time since the epoch."""
+        study = int(os.environ.get("SIM_NOISE_SEED", "0"))
+        source = NoiseSource(profile, study, run_seed=self.rng.getrandbits(63))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        scale = float(os.environ.get("SIM_TIME_SCALE", "1.0"))
+        at_s = max(0.0, time.time() - self.t0) / scale
+        return source.draw(at_s, device=int(visible) if visible.isdigit() else 0)
 
     def factor(self) -> float:
         jitter = self.rng.uniform(-self.noise, self.noise) / 5 if self.noise else 0.0
@@ -133,11 +156,21 @@ class Noise:
 class Engine:
     """The scheduler stepped in real time; each request's tokens go to its own queue."""
 
-    def __init__(self, landscape: Landscape, cfg: SimConfig, plan: MemoryPlan) -> None:
+    def __init__(
+        self,
+        landscape: Landscape,
+        cfg: SimConfig,
+        plan: MemoryPlan,
+        profile: NoiseProfile | None = None,
+    ) -> None:
         timer = RooflineTimer(step_cost(landscape.hardware, cfg))
         self.sched = Scheduler(scheduler_config(cfg, plan), timer)
         self.scale = float(os.environ.get("SIM_TIME_SCALE", "1.0"))
-        self.noise = Noise(cfg)
+        self.noise = Noise(cfg, profile)
+        if self.noise.draw is not None:
+            d = self.noise.draw
+            host = f"speed {d.speed:.3f}, throughput factor {d.throughput:.3f}"
+            log("INFO", f"simulated host: {host}, degraded {d.degraded}, bad window {d.bad_window}")
         self.queues: dict[int, asyncio.Queue[int]] = {}
         self.wake = asyncio.Event()
         self.t0 = time.perf_counter()
@@ -279,8 +312,9 @@ async def serve(
     options: dict[str, Any],
     host: str,
     port: int,
+    profile: NoiseProfile | None = None,
 ) -> None:
-    engine = Engine(landscape, cfg, plan)
+    engine = Engine(landscape, cfg, plan, profile)
     names = {
         str(
             options.get("served_model_name")
@@ -318,6 +352,7 @@ def main() -> None:
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     parser.add_argument("--landscape", default=os.environ.get("SIM_LANDSCAPE"))
+    parser.add_argument("--noise-profile", default=os.environ.get("SIM_NOISE_PROFILE") or None)
     args, _unknown = parser.parse_known_args()
     if args.landscape not in LANDSCAPES:
         log(
@@ -325,6 +360,14 @@ def main() -> None:
             f"unknown landscape {args.landscape!r}; SIM_LANDSCAPE: one of {sorted(LANDSCAPES)}",
         )
         sys.exit(2)
+    if args.noise_profile is not None and args.noise_profile not in PROFILES:
+        log(
+            "ERROR",
+            f"unknown noise profile {args.noise_profile!r}; SIM_NOISE_PROFILE: one of "
+            f"{sorted(PROFILES)}",
+        )
+        sys.exit(2)
+    profile = None if args.noise_profile is None else PROFILES[args.noise_profile]
     landscape = LANDSCAPES[args.landscape]
     options = load_options(args.config)
     cfg = SimConfig.from_options(options, landscape.defaults)
@@ -347,7 +390,7 @@ def main() -> None:
     )
     host = args.host or str(options.get("host", "127.0.0.1"))
     port = args.port or int(options.get("port", 8000))
-    asyncio.run(serve(landscape, cfg, plan, options, host, port))
+    asyncio.run(serve(landscape, cfg, plan, options, host, port, profile))
 
 
 if __name__ == "__main__":
