@@ -213,10 +213,11 @@ def replay(
         device_s += STARTUP_S + result.duration_s if result.ok else FAILED_STARTUP_S
         try:
             chosen, _ = choose_export(ordered[: k + 1], attrs)
-            score = truth.score(space.to_engine(chosen.params)[0])
+            options = space.to_engine(chosen.params)[0]
+            score, misses = truth.score(options), truth.misses(options)
         except SelectionError:
-            score = 0.0
-        steps.append(Step(device_s, score))
+            score, misses = 0.0, False
+        steps.append(Step(device_s, score, misses))
     return steps
 
 

@@ -1,15 +1,18 @@
 """The search-efficiency table on simulated landscapes (`search_efficiency.py --landscape`).
 
     python benchmarks/search_efficiency.py --landscape NAME[,NAME] [--methods gp,tpe,...]
-        [--seeds 10] [--trials 30] [--noise-profile uniform|dedicated|shared|cpu-2core]
+        [--seeds 10] [--trials 30] [--noise-profile uniform|PROFILE[,PROFILE]]
         [--noise 0.05] [--drift 0.26] [--jobs 2] [--out F.json]
 
 For each landscape: its ground-truth optimum (random samples refined by a coordinate search,
 noise-free), then every method over every seed (see `tuning.py`), then per method the medians
 over seeds of the launched trials and device seconds until the config `export` would deploy
 first scores 95% / 98% of the optimum (a seed that never does counts as never: "-" when half
-the seeds or more did not get there), the median share of the optimum deployed after 8 and 15
-trials and after the last, and in how many seeds it reached 95% within 15 trials.
+the seeds or more did not get there), the median share of the optimum deployed after 5, 8 and
+15 trials and after the last, in how many seeds it reached 95% within 15 trials, and in how
+many seeds the config deployed after the last trial truly misses an SLO. Several profiles
+(dedicated, shared, cpu-2core: `noise.PROFILES`) run one after another on each landscape's one
+optimum, each its own table (the report's key `NAME@PROFILE`).
 
 `--cli` runs each study through the real CLI instead (`cli.py`: `autotune tune` with
 `--engine-command` on `server.py`, then `autotune export`), `--time-scale` wall seconds per
@@ -51,9 +54,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--trials", type=int, default=30, help="launched trials per study")
     add(
         "--noise-profile",
-        choices=(*PROFILES, UNIFORM),
         default=UNIFORM,
-        help="the hosts' noise (benchmarks/sim/noise.py); uniform: the old +-noise and drift",
+        help="the hosts' noise, comma-separated: " + ", ".join(PROFILES) + " (benchmarks/sim/"
+        "noise.py); uniform, alone: the old +-noise and drift",
     )
     add("--noise", type=float, default=None, help=f"uniform: run-to-run spread (+-{NOISE})")
     add("--drift", type=float, default=None, help=f"a stress test: slow drift (uniform: {DRIFT})")
@@ -65,7 +68,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--precision", default=None, help="with --cli: tune --precision (default: tune's)")
     add("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    uniform = args.noise_profile == UNIFORM
+    args.profiles = args.noise_profile.split(",")
+    for name in args.profiles:
+        if name not in (*PROFILES, UNIFORM):
+            parser.error(f"--noise-profile {name}: one of {', '.join((*PROFILES, UNIFORM))}")
+    uniform = UNIFORM in args.profiles
+    if uniform and len(args.profiles) > 1:
+        parser.error("--noise-profile uniform takes no other profile beside it")
     if not uniform and args.noise is not None:
         parser.error("--noise is the uniform model's: a profile states its own spread")
     if args.noise is None:
@@ -117,13 +126,14 @@ def summarize(runs: list[list[Step]], best: float) -> dict[str, Any]:
         device = _median([h[1] if h else None for h in hits])
         out[f"trials_to_{round(share * 100)}"] = trials
         out[f"device_s_to_{round(share * 100)}"] = device
-    for name, k in (("8", 8), ("15", 15), ("end", None)):  # end: after the last launch
+    for name, k in (("5", 5), ("8", 8), ("15", 15), ("end", None)):  # end: the last launch
         shares = [steps[min(k or len(steps), len(steps)) - 1].truth / best if steps else 0.0
                   for steps in runs]  # fmt: skip
         out[f"share_at_{name}"] = statistics.median(shares)
     out["seeds_95_within_15"] = sum(
         1 for steps in runs if (h := reached(steps, best, 0.95)) and h[0] <= 15
     )
+    out["seeds_missing_slo"] = sum(1 for steps in runs if steps and steps[-1].misses)
     out["seeds"] = len(runs)
     return out
 
@@ -140,37 +150,42 @@ def main(argv: Sequence[str] | None = None) -> None:
         space = load_space(landscape.space)
         baseline = truth.score(space.to_engine(space.baseline_params())[0])
         print(f"\n{name}: optimum {best:,.2f} at {best_params}; baseline {baseline / best:.1%}")
-        cli = None
-        if args.cli:
-            root = args.root or Path(tempfile.mkdtemp(prefix="autotune-sim-cli-"))
-            cli = {
-                "root": str(root), "scale": args.time_scale,
-                "chunk_tokens": args.chunk_tokens, "precision": args.precision,
-            }  # fmt: skip
-        jobs: list[Job] = [
-            (name, m, seed, args.trials, args.noise, args.drift, args.noise_profile, cli)
-            for m in methods
-            for seed in (range(1) if m == "grid" else range(args.seeds))
-        ]
-        runs: dict[str, list[list[Step]]] = {m: [] for m in methods}
-        extras: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            for _, method, _seed, steps, extra in pool.map(_one, jobs):
-                runs[method].append(steps)
-                extras[method].append(extra)
-        table = {m: summarize(runs[m], best) for m in methods}
-        _print(table)
-        if cli is not None:
-            report.setdefault("cli", {})[name] = _cli_summary(extras, runs, best)
-        report[name] = {
-            "optimum": best,
-            "optimum_params": best_params,
-            "baseline_share": baseline / best,
-            "methods": table,
-            "runs": {m: [[asdict(s) for s in r] for r in runs[m]] for m in methods},
-        }
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
+        for profile in args.profiles:
+            key = name if len(args.profiles) == 1 else f"{name}@{profile}"
+            if len(args.profiles) > 1:
+                print(f"\n{key}:")
+            cli = None
+            if args.cli:
+                root = args.root or Path(tempfile.mkdtemp(prefix="autotune-sim-cli-"))
+                cli = {
+                    "root": str(root if len(args.profiles) == 1 else root / profile),
+                    "scale": args.time_scale,
+                    "chunk_tokens": args.chunk_tokens, "precision": args.precision,
+                }  # fmt: skip
+            jobs: list[Job] = [
+                (name, m, seed, args.trials, args.noise, args.drift, profile, cli)
+                for m in methods
+                for seed in (range(1) if m == "grid" else range(args.seeds))
+            ]
+            runs: dict[str, list[list[Step]]] = {m: [] for m in methods}
+            extras: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+            with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+                for _, method, _seed, steps, extra in pool.map(_one, jobs):
+                    runs[method].append(steps)
+                    extras[method].append(extra)
+            table = {m: summarize(runs[m], best) for m in methods}
+            _print(table)
+            if cli is not None:
+                report.setdefault("cli", {})[key] = _cli_summary(extras, runs, best)
+            report[key] = {
+                "optimum": best,
+                "optimum_params": best_params,
+                "baseline_share": baseline / best,
+                "methods": table,
+                "runs": {m: [[asdict(s) for s in r] for r in runs[m]] for m in methods},
+            }
+            if args.out:  # after each table: a run cut short keeps what it finished
+                args.out.write_text(json.dumps(report, indent=1))
 
 
 def _cli_summary(
@@ -204,13 +219,15 @@ def _print(table: dict[str, dict[str, Any]]) -> None:
 
     print(
         "| method | trials to 95% | trials to 98% | device-s to 95% | device-s to 98% "
-        "| share at 8 | share at 15 | share at the end | seeds 95% within 15 |"
+        "| share at 5 | share at 8 | share at 15 | share at the end | seeds 95% within 15 "
+        "| seeds deploying an SLO miss |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for m, row in table.items():
         print(
             f"| {m} | {fmt(row['trials_to_95'])} | {fmt(row['trials_to_98'])} "
             f"| {fmt(row['device_s_to_95'], ',.0f')} | {fmt(row['device_s_to_98'], ',.0f')} "
-            f"| {row['share_at_8']:.1%} | {row['share_at_15']:.1%} | {row['share_at_end']:.1%} "
-            f"| {row['seeds_95_within_15']}/{row['seeds']} |"
+            f"| {row['share_at_5']:.1%} | {row['share_at_8']:.1%} | {row['share_at_15']:.1%} "
+            f"| {row['share_at_end']:.1%} | {row['seeds_95_within_15']}/{row['seeds']} "
+            f"| {row['seeds_missing_slo']}/{row['seeds']} |"
         )

@@ -38,6 +38,12 @@ class Truth:
             self.cache[key] = simulate(self.landscape.hardware, cfg, self.landscape.workload)
         return self.cache[key]
 
+    def misses(self, options: dict[str, Any]) -> bool:
+        """Whether the config starts and misses an SLO on the summary (p99s): deployed, it
+        would break a promise, where one that fails to start breaks nothing silently."""
+        result = self.result(options)
+        return result.ok and not result.meets(self.landscape.slos)
+
     def score(self, options: dict[str, Any]) -> float:
         """The landscape's metric where every SLO holds on the summary (p99s), else 0."""
         result = self.result(options)

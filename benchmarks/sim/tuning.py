@@ -136,10 +136,12 @@ def measured_summary(landscape: Landscape, result: SimResult) -> Summary:
 
 @dataclass(frozen=True)
 class Step:
-    """One launched trial: device seconds so far, and the truth of what export would deploy."""
+    """One launched trial: device seconds so far, and the truth of what export would deploy
+    (its score, and whether it truly misses an SLO)."""
 
     device_s: float
     truth: float
+    misses: bool = False
 
 
 @dataclass(frozen=True)
@@ -259,8 +261,9 @@ def run_method(
         def after_trial(event: Any) -> None:
             if type(event).__name__ != "TrialFinished":
                 return
-            truth_now = _deployed_truth(store, spec, space, truth, method.pooled)
-            steps.append(Step(measure.clock_s, truth_now))
+            steps.append(
+                Step(measure.clock_s, *_deployed(store, spec, space, truth, method.pooled))
+            )
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         gpus = landscape.hardware.gpus
@@ -271,16 +274,18 @@ def run_method(
         return steps
 
 
-def _deployed_truth(
+def _deployed(
     store: StudyStore, spec: TuneSpec, space: SearchSpace, truth: Truth, pooled: bool = False
-) -> float:
+) -> tuple[float, bool]:
+    """The truth of what export would deploy now: its score and whether it misses an SLO
+    (nothing deployed: 0, no miss)."""
     records = store.trials(spec.study)
     try:
         chosen, _ = choose_export(records, store.study_attrs(spec.study), pooled=pooled)
     except SelectionError:
-        return 0.0
+        return 0.0, False
     options, _env = space.to_engine(chosen.params)
-    return truth.score(options)
+    return truth.score(options), truth.misses(options)
 
 
 def grid_points(space: SearchSpace, landscape: Landscape) -> list[dict[str, Any]]:
@@ -312,7 +317,7 @@ def run_grid(
     """The grid in its order; the deployed config is the best measured feasible one so far."""
     space = load_space(landscape.space)
     measure = SimMeasure(truth, noise=noise, drift=drift, seed=1, profile=profile)
-    best_measured, best_truth, steps = -1.0, 0.0, []
+    best_measured, best_truth, best_misses, steps = -1.0, 0.0, False, []
     for k, params in enumerate(grid_points(space, landscape)):
         options, _ = space.to_engine(params)
         config = EngineConfig(model="m", args=options)
@@ -323,7 +328,8 @@ def run_grid(
             value = m.summary.metric(landscape.metric)
         if value > best_measured:
             best_measured, best_truth = value, truth.score(options)
-        steps.append(Step(measure.clock_s, best_truth))
+            best_misses = truth.misses(options)
+        steps.append(Step(measure.clock_s, best_truth, best_misses))
     return steps
 
 

@@ -198,6 +198,11 @@ def test_the_benchmark_cli_takes_a_noise_profile() -> None:
     assert stressed.drift == 0.26  # the drift stays, as a stress test on top
     with pytest.raises(SystemExit):
         parse_args(["--landscape", "x", "--noise-profile", "shared", "--noise", "0.05"])
+    several = parse_args(["--landscape", "x", "--noise-profile", "dedicated,cpu-2core"])
+    assert several.profiles == ["dedicated", "cpu-2core"] and several.noise == 0.0
+    for wrong in ("dedicated,uniform", "dedicated,cloudy"):
+        with pytest.raises(SystemExit):
+            parse_args(["--landscape", "x", "--noise-profile", wrong])
 
 
 def test_a_study_on_a_profile_measures_through_it(tmp_path: Path) -> None:

@@ -95,5 +95,23 @@ def test_reached_and_medians_count_never_as_worst() -> None:
     assert table["trials_to_98"] == 3 and table["seeds_95_within_15"] == 3
     long = [Step(k, 90 if k < 10 else 99 if k < 20 else 100) for k in range(1, 21)]
     shares = summarize([long], 100)
-    at = (shares["share_at_8"], shares["share_at_15"], shares["share_at_end"])
-    assert at == (0.9, 0.99, 1.0)  # the end: after the 20th, the last launched trial
+    at = (shares["share_at_5"], shares["share_at_8"], shares["share_at_15"], shares["share_at_end"])
+    assert at == (0.9, 0.9, 0.99, 1.0)  # the end: after the 20th, the last launched trial
+
+
+def test_a_seed_deploying_an_slo_miss_is_counted_by_its_last_choice() -> None:
+    missed = [Step(10, 99), Step(20, 0, misses=True)]  # the last choice breaks an SLO
+    recovered = [Step(10, 0, misses=True), Step(20, 99)]
+    nothing = [Step(10, 0)]  # nothing deployed, or a config that does not start: no miss
+    table = summarize([missed, recovered, nothing], 100)
+    assert (table["seeds_missing_slo"], table["seeds"]) == (1, 3)
+
+
+def test_the_truth_tells_an_slo_miss_from_a_failed_start() -> None:
+    land = LANDSCAPES["qwen32b-a100-slo"]
+    truth = Truth(land)
+    space = load_space(land.space)
+    defaults = space.to_engine(space.baseline_params())[0]  # TP 1: starts, queues past p99 TTFT
+    assert truth.misses(defaults) and truth.score(defaults) == 0
+    oom = {**defaults, "gpu_memory_utilization": 0.99}
+    assert not truth.result(oom).ok and not truth.misses(oom)
