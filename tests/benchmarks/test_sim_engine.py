@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from sim.landscapes import LANDSCAPES  # noqa: E402
 from sim.model import memory_plan  # noqa: E402
-from sim.simulate import SimWorkload, simulate  # noqa: E402
+from sim.simulate import SimResult, SimWorkload, simulate  # noqa: E402
 
 from autotune.bench import (  # noqa: E402
     LoadProfile,
@@ -104,6 +104,24 @@ def test_throughput_landscape_has_an_interior_optimum() -> None:
     for corner in ({"max_num_seqs": 1024}, {"max_num_seqs": 256}, {"max_num_seqs": 512}):
         assert score(llama(**{**LLAMA_BEST, **corner})) < best
     assert hw.gpus == 1
+
+
+def test_on_the_kv_landscape_the_cache_dtype_decides() -> None:
+    """qwen32b-h100-kv: in bf16 the cache holds about 17 of 40 contexts and the rest queue past
+    the TTFT bound whatever the batch knobs; fp8 holds all 40 with the memory for them."""
+    kv = LANDSCAPES["qwen32b-h100-kv"]
+
+    def run(**options: object) -> SimResult:
+        return simulate(kv.hardware, replace(kv.defaults, **options), kv.workload)
+
+    assert kv.score(run()) == 0  # vLLM's defaults: bf16
+    near_best = {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.97}
+    fp8 = run(**near_best, kv_cache_dtype="fp8")
+    bf16 = run(**near_best)
+    assert kv.score(fp8) > 0 and kv.score(bf16) == 0
+    assert bf16.p50_ttft_ms > kv.slos["p50_ttft_ms"] > fp8.p50_ttft_ms
+    assert fp8.memory is not None and bf16.memory is not None
+    assert fp8.memory.kv_tokens == pytest.approx(2 * bf16.memory.kv_tokens, rel=0.01)
 
 
 def test_slo_optimum_is_not_the_throughput_optimum() -> None:
