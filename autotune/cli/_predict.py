@@ -12,6 +12,7 @@ import yaml
 
 from autotune.cli._common import InputError, cli_errors, console, open_store
 from autotune.cli._table import Format
+from autotune.store import StudyFacts
 from autotune.yamlfile import load_yaml
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
@@ -42,21 +43,21 @@ def predict(
     with cli_errors():
         store = open_store(study, storage, root, read_only=True)
         records = store.trials(study)
-        attrs = store.study_attrs(study)
+        facts = store.study_facts(study)
         base = baseline(records)
         if base is None:
             raise InputError(f"study {study!r} has no measured baseline to start the config from")
-        config, ignored = _config(base.config, base.params, attrs, settings or [])
-        if attrs.get("scenario") == "offline" or attrs.get("capacity"):
+        config, ignored = _config(base.config, base.params, facts, settings or [])
+        if facts.scenario == "offline" or facts.capacity:
             raise InputError("the engine model replays an online load at a fixed rate only")
-        load = LoadProfile.model_validate(attrs.get("load") or {"rate": 8.0})
-        model = study_model(records, load, str(attrs.get("platform") or "cpu"))
+        load = LoadProfile.model_validate(facts.load or {"rate": 8.0})
+        model = study_model(records, load, facts.platform or "cpu")
         if model is None:
             raise InputError(
                 f"study {study!r} has no measured trial whose request records and logged KV "
                 "capacity are on this machine: nothing to calibrate the engine model on"
             )
-        prediction = model.predict(engine_options(config), attrs.get("slos") or {})
+        prediction = model.predict(engine_options(config), facts.slos)
         errors = percentage_errors(records)
     if output_format is Format.JSON:
         out = {"config": config, "prediction": prediction.stored(), "ignored": ignored,
@@ -85,7 +86,7 @@ def predict(
 
 
 def _config(
-    base: dict[str, Any], params: dict[str, Any], attrs: dict[str, Any], settings: list[str]
+    base: dict[str, Any], params: dict[str, Any], facts: StudyFacts, settings: list[str]
 ) -> tuple[dict[str, Any], list[str]]:
     """The baseline's engine options with `settings` applied (a space parameter through the
     space, which may scale or rename it; else an engine option); and the names set that the
@@ -95,7 +96,7 @@ def _config(
 
     config = engine_options(base)
     space = None
-    spec = attrs.get("spec") or {}
+    spec = facts.spec or {}
     if spec.get("space"):
         try:
             space = load_space(spec["space"])

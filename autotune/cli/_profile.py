@@ -29,7 +29,7 @@ from autotune.measure import ProfileError, ProfilePlan, profile_config
 from autotune.selection import InfeasibleError
 from autotune.spec import TuneSpec, load_spec
 from autotune.store import StudyStore, TrialRecord
-from autotune.study import SPEC_ATTR, build_harness
+from autotune.study import build_harness
 
 
 def profile(
@@ -94,8 +94,8 @@ def _stored_spec(
     store: StudyStore, study: str, storage: str | None, root: Path, engine_command: str | None
 ) -> TuneSpec:
     """The study's spec as stored by `autotune tune`, with this machine's paths."""
-    shared = store.study_attrs(study).get(SPEC_ATTR)
-    if not isinstance(shared, dict):
+    shared = store.study_facts(study).spec
+    if shared is None:
         raise InputError(f"study {study!r} has no stored spec: its trials cannot be re-run")
     local: dict[str, Any] = {"study": study, "root": root, "storage": storage}
     if engine_command:
@@ -109,7 +109,7 @@ def _chosen_trial(store: StudyStore, study: str, trial: int | None) -> int:
     if trial is not None:
         return trial
     try:
-        chosen, _ = choose_export(store.trials(study), store.study_attrs(study))
+        chosen, _ = choose_export(store.trials(study), store.study_facts(study))
     except InfeasibleError as exc:
         raise InfeasibleError(
             f"{exc}: profile it with --trial {exc.closest}", exc.closest

@@ -4,7 +4,6 @@ the study's summary (rich). The tables are `_render`'s."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from rich.console import Console
 
@@ -12,7 +11,7 @@ from autotune.bench import Summary
 from autotune.cli._render import judged_percentile, voided_text
 from autotune.selection import pareto_front, study_objectives
 from autotune.status import TrialStatus
-from autotune.store import study_records
+from autotune.store import StudyFacts, study_records
 from autotune.study import (
     Event,
     SkipRule,
@@ -50,10 +49,10 @@ def _counted(s: Summary) -> str:
     return "".join(f", {p}" for p in parts)
 
 
-def _latencies(s: Summary, attrs: dict[str, Any]) -> str:
+def _latencies(s: Summary, facts: StudyFacts) -> str:
     """TTFT and TPOT at the percentile the study judges (`judged_percentile`): `p90 TTFT 412.0
     ms, p90 TPOT 9.81 ms`."""
-    q = judged_percentile(attrs)
+    q = judged_percentile(facts)
     ttft, tpot = getattr(s.ttft_ms, q), getattr(s.tpot_ms, q)
     return f"{q} TTFT {ttft:.1f} ms, {q} TPOT {tpot:.2f} ms"
 
@@ -71,15 +70,14 @@ def _finished(console: Console, event: TrialFinished) -> None:
         console.print(
             f"  trial {event.number} [green]ok[/]: {capacity}"
             f"{s.output_throughput:,.0f} output tok/s, {peak}"
-            f"{_latencies(s, event.study.user_attrs)}, "
+            f"{_latencies(s, StudyFacts.of(event.study))}, "
             f"{s.errors} errors{_counted(s)} (start-up {m.engine.startup_s or 0:.0f} s, "
             f"trial {m.device_s:.0f} s)"
         )
     if m.engine.voided or m.engine.stall_kept_s:
         console.print(f"  [yellow]{voided_text(m.engine)}[/] (each made again; kept in voided/)")
     records = study_records(event.study)
-    attrs = event.study.user_attrs
-    front = pareto_front(records, study_objectives(attrs))
+    front = pareto_front(records, study_objectives(StudyFacts.of(event.study)))
     if front:
         best = front[0]
         console.print(

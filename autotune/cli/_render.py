@@ -18,12 +18,10 @@ from autotune.engine import failure_headline
 from autotune.numbers import interval_text, readable
 from autotune.predict import REPORTED
 from autotune.selection import (
-    CONFIRM_ATTR,
     answers_otherwise,
     baseline,
     closest,
     confirm_slo_text,
-    confirmed_winner,
     describe_slos,
     miss_text,
     misses,
@@ -31,7 +29,7 @@ from autotune.selection import (
     study_objectives,
 )
 from autotune.status import PREDICTED_STATUSES
-from autotune.store import TrialFacts, TrialRecord
+from autotune.store import StudyFacts, TrialFacts, TrialRecord
 from autotune.study import (
     percentage_errors,
 )
@@ -52,21 +50,21 @@ def _pair(t: TrialRecord, latency: str, fmt: str, q: str) -> str:
     return f"{p50} / {_with_spread(t, f'{q}_{latency}_ms', fmt)}"
 
 
-def judged_percentile(attrs: dict[str, Any]) -> str:
+def judged_percentile(facts: StudyFacts) -> str:
     """The latency percentile the study judges: its SLOs', else its objectives' (p50, p90 or
     p99), p99 where neither names one. Tables and progress lines show TTFT and TPOT at it."""
-    named = [*(attrs.get("slos") or {}), *(m for m, _ in study_objectives(attrs))]
+    named = [*facts.slos, *(m for m, _ in study_objectives(facts))]
     return next((m.split("_")[0] for m in named if m.split("_")[0] in _SHOWN), "p99")
 
 
 _SHOWN = ("p50", "p90", "p99")
 
 
-def print_confirm(console: Console, attrs: dict[str, Any]) -> None:
+def print_confirm(console: Console, facts: StudyFacts) -> None:
     """The confirm step's table: every candidate's runs, median, spread, conservative value;
     the winner and its gain over the baseline (an interval, or "no significant gain")."""
-    result = attrs.get(CONFIRM_ATTR)
-    if not isinstance(result, dict):
+    result = facts.confirm
+    if result is None:
         return
     metric, direction = result.get("metric", "?"), result.get("direction", "maximize")
     table = Table(
@@ -275,14 +273,14 @@ def stacked_table(
 
 
 def print_front(
-    console: Console, study: str, records: Sequence[TrialRecord], attrs: dict[str, Any],
+    console: Console, study: str, records: Sequence[TrialRecord], facts: StudyFacts,
     show_all: bool = False,
 ) -> None:  # fmt: skip
-    objectives = study_objectives(attrs)
+    objectives = study_objectives(facts)
     front = pareto_front(records, objectives)
     base = baseline(records)
     marks = {t.number: "*" for t in front}
-    winner = confirmed_winner(attrs)
+    winner = facts.confirmed_winner
     w = ", w confirmed winner" if winner is not None else ""
     if winner is not None:
         marks[winner] = marks.get(winner, "") + " w"
@@ -294,7 +292,7 @@ def print_front(
     else:
         rows = front + ([base] if base is not None and base not in front else [])
         title = f"Study {study}: Pareto front of {len(records)} trials (b baseline{w})"
-    q = judged_percentile(attrs)
+    q = judged_percentile(facts)
     if console.width >= WIDE_MIN:
         console.print(trial_table(title, rows, base, marks, q))
     else:
@@ -309,10 +307,10 @@ def print_front(
     if line:
         console.print(line)
     names = ", ".join(f"{m} ({d[:3]})" for m, d in objectives)
-    console.print(f"objectives: {names}; SLOs: {describe_slos(attrs)}")
+    console.print(f"objectives: {names}; SLOs: {describe_slos(facts)}")
     if not front:
         console.print("[yellow]no measured trial meets every constraint yet[/]")
-    print_confirm(console, attrs)
+    print_confirm(console, facts)
 
 
 def model_error_line(records: Sequence[TrialRecord]) -> str:
@@ -332,11 +330,11 @@ def model_error_line(records: Sequence[TrialRecord]) -> str:
 
 
 def print_infeasible(
-    console: Console, study: str, records: Sequence[TrialRecord], attrs: dict[str, Any]
+    console: Console, study: str, records: Sequence[TrialRecord], facts: StudyFacts
 ) -> bool:
     """When no measured trial meets every constraint: the closest one, by how much it misses
     each, and what to try. False when the study has a feasible trial (nothing printed)."""
-    if pareto_front(records, study_objectives(attrs)):
+    if pareto_front(records, study_objectives(facts)):
         return False
     near = closest(records)
     if near is None:
@@ -358,7 +356,7 @@ def print_infeasible(
             f"a looser bound (--slo {worst.name}={worst.measured * 1.1:.0f}, or relative to "
             f"what runs today: --slo {worst.name}=baseline*1.2)"
         )
-    if not attrs.get("capacity"):
+    if not facts.capacity:
         tips.append("--load capacity (each config at the highest rate within the SLOs)")
     tips.append("less load (a lower --concurrency or --rate, fewer or shorter prompts)")
     console.print("  to try: " + "; ".join(tips))

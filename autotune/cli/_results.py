@@ -36,11 +36,11 @@ def show(
     with cli_errors():
         store = open_store(study, storage, root, read_only=True)
         records = store.trials(study)
-        attrs = store.study_attrs(study)
+        facts = store.study_facts(study)
         if output_format is Format.TABLE:
-            print_front(console, study, records, attrs, show_all=all_trials)
+            print_front(console, study, records, facts, show_all=all_trials)
             return
-        rows = trial_rows(records, attrs)
+        rows = trial_rows(records, facts)
         if output_format is Format.JSON:
             typer.echo(rows_json(rows))
         else:
@@ -79,15 +79,15 @@ def export(
         if output.is_dir():
             raise InputError(f"-o {output}: is a folder; name the YAML file, e.g. -o best.yaml")
         store = open_store(study, storage, root, read_only=True)
-        attrs = store.study_attrs(study)
+        facts = store.study_facts(study)
         records = store.trials(study)
         try:
-            chosen, how = choose_export(records, attrs, pick_rule, trial, allow_infeasible)
+            chosen, how = choose_export(records, facts, pick_rule, trial, allow_infeasible)
         except InfeasibleError as exc:
             hint = f"pass --allow-infeasible to export it, or --trial {exc.closest}"
             raise InfeasibleError(f"{exc}: {hint}", exc.closest) from None
         try:
-            done = export_trial(study, chosen, attrs, output, how)
+            done = export_trial(study, chosen, facts, output, how)
         except OSError as exc:
             raise InputError(f"-o {output}: cannot write: {exc.strerror or exc}") from None
         _say(f"wrote {done.yaml_path} (trial {chosen.number}, {how})")

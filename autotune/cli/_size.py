@@ -37,13 +37,13 @@ def size(
             check_bounded("--device-cost-per-hour", device_cost_per_hour, 0, MAX_PRICE, True)
         check_bounded("--top", top, 1, MAX_TRIALS)
         store = open_store(study, storage, root)
-        attrs = store.study_attrs(study)
-        if attrs.get("capacity") is None:
+        facts = store.study_facts(study)
+        if facts.capacity is None:
             raise InputError(
                 f"study {study} measured no capacity: size needs a study run with --load capacity"
             )
         rows = size_for(store.trials(study), rate, devices_per_host)
-        slos = ", ".join(f"{k} <= {v:g}" for k, v in (attrs.get("slos") or {}).items())
+        slos = ", ".join(f"{k} <= {v:g}" for k, v in facts.slos.items())
         if not rows:
             raise InputError(f"no config of study {study} held any rate within {slos}")
         console.print(

@@ -24,7 +24,7 @@ from autotune.trial_data import StudySummary, study_summary
 
 def _summaries(store: StudyStore) -> Iterator[StudySummary]:
     for info in store.studies():
-        yield study_summary(info.name, store.trials(info.name), info.attrs)
+        yield study_summary(info.name, store.trials(info.name), info.facts)
 
 
 def _read_only(url: str) -> StudyStore:

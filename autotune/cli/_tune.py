@@ -38,7 +38,6 @@ from autotune.spec import TuneSpec, load_spec
 from autotune.spec_request import check_request
 from autotune.store import StudyStore, redact
 from autotune.study import (
-    SPEC_ATTR,
     Confirmer,
     Harness,
     StudyRunner,
@@ -267,8 +266,8 @@ def worker(
     """
     setup_logging(verbose)
     with cli_errors():
-        shared = open_store(study, storage, root).study_attrs(study).get(SPEC_ATTR)
-        if not isinstance(shared, dict):
+        shared = open_store(study, storage, root).study_facts(study).spec
+        if shared is None:
             raise InputError(
                 f"study {study!r} has no stored spec (it was not created by `autotune tune` "
                 "of this version): continue it with `autotune tune` instead"
@@ -323,19 +322,19 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
     with sigterm_as_interrupt():
         result = runner.run()
     print_summary(console, result)
-    records, attrs = store.trials(spec.study), store.study_attrs(spec.study)
-    feasible = bool(pareto_front(records, study_objectives(attrs)))
+    records, facts = store.trials(spec.study), store.study_facts(spec.study)
+    feasible = bool(pareto_front(records, study_objectives(facts)))
     # The front is printed once, last: after the confirm step, with its winner marked and its
     # table (`show` prints the same).
     try:
         if spec.confirm and not join and feasible and not result.interrupted:
             run_confirm(harness, store, spec.confirm, spec.confirm_rounds, table=False)
     finally:
-        records, attrs = store.trials(spec.study), store.study_attrs(spec.study)
-        print_front(console, spec.study, records, attrs)
+        records, facts = store.trials(spec.study), store.study_facts(spec.study)
+        print_front(console, spec.study, records, facts)
     if result.interrupted:
         raise KeyboardInterrupt
-    print_infeasible(console, spec.study, records, attrs)
+    print_infeasible(console, spec.study, records, facts)
     if spec.confirm and not join and not feasible:
         console.print("\nconfirm: skipped, no feasible config to re-measure")
     if not feasible:
@@ -374,7 +373,7 @@ def run_confirm(
     with sigterm_as_interrupt():
         confirmer.run(top, rounds)
     if table:
-        print_confirm(console, store.study_attrs(spec.study))
+        print_confirm(console, store.study_facts(spec.study))
 
 
 def confirm(
@@ -407,8 +406,8 @@ def confirm(
                 f"study {study!r} is still being tuned (trial {running[0]} is running): its "
                 "winner is not known yet; confirm it when the tune ends, or pass --while-running"
             )
-        shared = store.study_attrs(study).get(SPEC_ATTR)
-        if not isinstance(shared, dict):
+        shared = store.study_facts(study).spec
+        if shared is None:
             raise InputError(f"study {study!r} has no stored spec: it cannot be re-measured")
         local = {"study": study, "root": root, "storage": storage}
         spec = load_spec(None, {**shared, **local})

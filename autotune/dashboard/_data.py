@@ -33,14 +33,20 @@ from autotune.dashboard._labels import (
 from autotune.export import choose_export, compact, default_choice, render_export
 from autotune.host import hardware_line
 from autotune.selection import (
-    CONFIRM_ATTR,
     SelectionError,
     baseline,
     describe_slos,
     pareto_front,
     study_objectives,
 )
-from autotune.store import StudyStore, TrialRecord, redact, storage_errors, study_records
+from autotune.store import (
+    StudyFacts,
+    StudyStore,
+    TrialRecord,
+    redact,
+    storage_errors,
+    study_records,
+)
 
 LATENCY_Y = ("p99_ttft_ms", "p99_tpot_ms")  # always offered as the Pareto chart's y
 KV_PARAMS = ("kv_cache_mib", "kv_cache_memory_bytes", "gpu_memory_utilization")
@@ -163,41 +169,39 @@ def finite(value: Any) -> Any:
     return value
 
 
-def read_study(
-    store: StudyStore, name: str
-) -> tuple[optuna.Study, list[TrialRecord], dict[str, Any]]:
+def read_study(store: StudyStore, name: str) -> tuple[optuna.Study, list[TrialRecord], StudyFacts]:
     """The Optuna study, its trials as records, and its attributes, in one read."""
     study = store.load(name)
     with storage_errors(store.url):
-        return study, study_records(study), dict(study.user_attrs)
+        return study, study_records(study), StudyFacts.of(study)
 
 
-def signature(records: Sequence[TrialRecord], attrs: dict[str, Any]) -> str:
+def signature(records: Sequence[TrialRecord], facts: StudyFacts) -> str:
     """Changes whenever a trial appears or changes state or status, or the confirm step moves."""
     marks = [(t.number, t.state, t.status) for t in records]
-    text = json.dumps([marks, attrs.get(CONFIRM_ATTR)], sort_keys=True, default=str)
+    text = json.dumps([marks, facts.confirm], sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
 def study_row(
     name: str,
     records: Sequence[TrialRecord],
-    attrs: dict[str, Any],
+    facts: StudyFacts,
     best: TrialRecord | None = None,
 ) -> StudyRow:
     """A study as the studies list shows it; `best`: the trial export writes, where the caller
     has it (else chosen here: one answer everywhere)."""
-    metric, direction = study_objectives(attrs)[0]
+    metric, direction = study_objectives(facts)[0]
     kinds = [outcome(t) for t in records]
-    best = best or default_choice(records, attrs)
+    best = best or default_choice(records, facts)
     return StudyRow(
         name=name,
-        model=str(attrs.get("model") or ""),
-        hardware=hardware_line(attrs["host"]) if attrs.get("host") else "",
-        platform=str(attrs.get("platform") or ""),
-        scenario=str(attrs.get("scenario") or "online"),
-        space=str(attrs.get("space") or ""),
-        created=str(attrs.get("created") or ""),
+        model=facts.model or "",
+        hardware=hardware_line(facts.host) if facts.host else "",
+        platform=facts.platform or "",
+        scenario=facts.scenario or "online",
+        space=facts.space or "",
+        created=facts.created or "",
         trials=len(records),
         done=sum(k in (OK, MISSES_SLO, ANSWERS_OTHERWISE) for k in kinds),
         failed=sum(k in (FAILED, SKIPPED) for k in kinds),
@@ -214,8 +218,8 @@ def study_rows(catalog: Catalog) -> list[StudyRow]:
     """Every study of the catalog, as the studies list shows it."""
     rows = []
     for info in catalog.studies():
-        _, records, attrs = read_study(catalog.store(info.name), info.name)
-        rows.append(study_row(info.name, records, attrs))
+        _, records, facts = read_study(catalog.store(info.name), info.name)
+        rows.append(study_row(info.name, records, facts))
     return rows
 
 
@@ -226,10 +230,10 @@ def studies_signature(rows: Sequence[StudyRow]) -> str:
 
 
 def study_state(catalog: Catalog, name: str) -> StudyState:
-    _, records, attrs = read_study(catalog.store(name), name)
+    _, records, facts = read_study(catalog.store(name), name)
     running = sum(outcome(t) == RUNNING for t in records)
     return StudyState(
-        name=name, trials=len(records), running=running, signature=signature(records, attrs)
+        name=name, trials=len(records), running=running, signature=signature(records, facts)
     )
 
 
@@ -255,14 +259,14 @@ def y_options(objectives: Sequence[tuple[str, str]], slos: Sequence[str] = ()) -
 
 
 def winner(
-    study: str, records: Sequence[TrialRecord], attrs: dict[str, Any]
+    study: str, records: Sequence[TrialRecord], facts: StudyFacts
 ) -> tuple[TrialRecord | None, Winner | None, str]:
     """The trial `autotune export` picks by default, what it writes, or why there is none."""
     try:
-        chosen, how = choose_export(records, attrs)
+        chosen, how = choose_export(records, facts)
     except SelectionError as exc:
         return None, None, str(exc).split(";")[0]
-    text = render_export(study, chosen, attrs, export_name(study, chosen.number), how)
+    text = render_export(study, chosen, facts, export_name(study, chosen.number), how)
     return (
         chosen,
         Winner(
@@ -282,9 +286,9 @@ def export_name(study: str, number: int) -> str:
     return f"{safe}-trial-{number}.yaml"
 
 
-def confirm_view(attrs: dict[str, Any]) -> ConfirmView | None:
-    result = attrs.get(CONFIRM_ATTR)
-    if not isinstance(result, dict):
+def confirm_view(facts: StudyFacts) -> ConfirmView | None:
+    result = facts.confirm
+    if result is None:
         return None
     candidates = [
         {"number": int(n), **c} for n, c in (result.get("candidates") or {}).items() if n.isdigit()
@@ -320,15 +324,15 @@ def trial_row(t: TrialRecord, columns: Sequence[str], front: set[int]) -> TrialR
 def study_view(catalog: Catalog, name: str) -> StudyView:
     """The study page's view: summary, charts, importance, trials, confirm result."""
     store = catalog.store(name)
-    study, records, attrs = read_study(store, name)
-    objectives = study_objectives(attrs)
+    study, records, facts = read_study(store, name)
+    objectives = study_objectives(facts)
     first = objectives[0]
     front = {t.number for t in pareto_front(records, objectives)}
     base = baseline(records)
     base_number = base.number if base else None
-    picked, chosen, why_none = winner(name, records, attrs)
+    picked, chosen, why_none = winner(name, records, facts)
     win_number = chosen.number if chosen else None
-    slos = {k: float(v) for k, v in (attrs.get("slos") or {}).items()}
+    slos = dict(facts.slos)
     options = y_options(objectives, list(slos))
     names = sorted({k for t in records for k in t.params})
     pair = default_params(names)
@@ -349,24 +353,24 @@ def study_view(catalog: Catalog, name: str) -> StudyView:
     }
     columns = list(dict.fromkeys([first[0], *LATENCY_Y]))
     return StudyView(
-        row=study_row(name, records, attrs, picked),
+        row=study_row(name, records, facts, picked),
         storage=redact(store.url),
         objectives=[Objective(metric=m, direction=d, label=metric_label(m)) for m, d in objectives],
         slos=slos,
-        slo_text=describe_slos(attrs),
-        workload=compact(attrs.get("workload"), ", "),
-        load=compact(attrs.get("load"), ", "),
+        slo_text=describe_slos(facts),
+        workload=compact(facts.workload, ", "),
+        load=compact(facts.load, ", "),
         trials=[trial_row(t, columns, front) for t in records],
         front=sorted(front),
         baseline=base_number,
         winner=chosen,
         winner_note=why_none,
-        confirm=confirm_view(attrs),
+        confirm=confirm_view(facts),
         importance=importance,
         importance_note=note,
         y_options=options,
         param_names=names,
         param_pair=pair,
         figures=figures,
-        signature=signature(records, attrs),
+        signature=signature(records, facts),
     )

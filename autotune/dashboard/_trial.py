@@ -107,9 +107,9 @@ def find_trial(records: list[TrialRecord], number: int) -> TrialRecord:
 
 
 def trial_view(catalog: Catalog, name: str, number: int) -> TrialView:
-    _, records, attrs = read_study(catalog.store(name), name)
+    _, records, facts = read_study(catalog.store(name), name)
     t = find_trial(records, number)
-    text = render_export(name, t, attrs, export_name(name, number), f"trial {number}")
+    text = render_export(name, t, facts, export_name(name, number), f"trial {number}")
     log, source = engine_log(t)
     figures, note = latency_figures(t)
     return TrialView(
@@ -148,19 +148,19 @@ def trial_view(catalog: Catalog, name: str, number: int) -> TrialView:
         ],
         figures=figures,
         profile=read_profile(profile_dir(catalog, name, t)),
-        signature=signature(records, attrs),
+        signature=signature(records, facts),
     )
 
 
 def export_text(catalog: Catalog, name: str, number: int) -> tuple[str, str, str | None]:
     """(file name, YAML, env file text) exactly as `autotune export --trial N -o NAME` writes;
     UnknownTrial where export would refuse (no such trial, or no config yet)."""
-    _, records, attrs = read_study(catalog.store(name), name)
+    _, records, facts = read_study(catalog.store(name), name)
     t = find_trial(records, number)
     if not t.config:
         raise UnknownTrial(f"trial {number} has no engine config to export")
     filename = export_name(name, number)
-    text = render_export(name, t, attrs, filename, f"trial {number}")
+    text = render_export(name, t, facts, filename, f"trial {number}")
     return filename, text.yaml, text.env
 
 

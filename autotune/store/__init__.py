@@ -50,6 +50,13 @@ from autotune.store._storage import (
     sqlite_tables,
     storage_errors,
 )
+from autotune.store._study import (
+    AgreementReference,
+    SloBasis,
+    StoredObjective,
+    StudyFacts,
+    write_study,
+)
 
 __all__ = [
     "CONFIG",
@@ -84,10 +91,14 @@ __all__ = [
     "WARM_FROM",
     "WORKER",
     "Abort",
+    "AgreementReference",
     "Cost",
     "NoStudiesError",
+    "SloBasis",
     "StorageError",
     "StoreSettings",
+    "StoredObjective",
+    "StudyFacts",
     "StudyInfo",
     "StudyStore",
     "TrialFacts",
@@ -103,4 +114,5 @@ __all__ = [
     "storage_errors",
     "stored_intervals",
     "study_records",
+    "write_study",
 ]

@@ -93,7 +93,7 @@ class TrialFacts(EngineFacts):
     def read(cls, stored: Any) -> TrialFacts:
         """Stored facts (a dict from the store or `measurement.json`); what does not parse
         is left out rather than failing the reader of a whole study."""
-        return _read(cls, stored)
+        return read_lenient(cls, stored)
 
     def stored(self) -> dict[str, Any]:
         """The JSON the store and `measurement.json` keep (unknown fields left out)."""
@@ -120,13 +120,13 @@ class Worker(BaseModel):
     @classmethod
     def read(cls, stored: Any) -> Worker:
         """A stored worker (lenient as `TrialFacts.read`)."""
-        return _read(cls, stored)
+        return read_lenient(cls, stored)
 
     def stored(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
 
-def _read(model: type[_M], stored: Any) -> _M:
+def read_lenient(model: type[_M], stored: Any) -> _M:
     """`stored` as `model`, a field that does not parse left out (not a dict: the empty one)."""
     if not isinstance(stored, dict):
         return model()

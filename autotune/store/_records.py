@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from autotune.status import TrialStatus
 from autotune.store._facts import TrialFacts, Worker
+from autotune.store._study import StudyFacts
 
 # Trial user-attribute keys: one place spells them.
 STATUS = "status"
@@ -182,7 +183,7 @@ class StudyInfo(BaseModel):
     """A study as listed: name, what it tunes, how far it got."""
 
     name: str
-    attrs: dict[str, Any] = Field(default_factory=dict)
+    facts: StudyFacts = Field(default_factory=StudyFacts)
     directions: list[str] = Field(default_factory=list)
     n_trials: int = 0
 

@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 from autotune.status import TrialStatus
 from autotune.store._records import StudyInfo, TrialRecord
 from autotune.store._slots import TrialSlots
+from autotune.store._study import StudyFacts, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -310,7 +311,7 @@ class StudyStore:
             return [
                 StudyInfo(
                     name=s.study_name,
-                    attrs=dict(s.user_attrs),
+                    facts=StudyFacts.of(s),
                     directions=[d.name.lower() for d in s.directions],
                     n_trials=self.storage.get_n_trials(
                         self.storage.get_study_id_from_name(s.study_name)
@@ -335,13 +336,18 @@ class StudyStore:
         update = {"status": TrialStatus.INTERRUPTED, "reason": GONE}
         return [r.model_copy(update=update) if r.number in gone else r for r in records]
 
-    def study_attrs(self, name: str) -> dict[str, Any]:
+    def study_facts(self, name: str) -> StudyFacts:
+        """What study `name` keeps about itself (its attributes, typed)."""
         study = self.load(name)
         with storage_errors(self.url):
-            return dict(study.user_attrs)
+            return StudyFacts.of(study)
 
-    def set_study_attr(self, name: str, key: str, value: Any) -> None:
-        """Keep `value` (JSON types) with study `name`, e.g. the confirm step's result."""
+    def study_attrs(self, name: str) -> dict[str, Any]:
+        """Study `name`'s attributes as stored (`StudyFacts.stored`): for scripts."""
+        return self.study_facts(name).stored()
+
+    def write_study_facts(self, name: str, **fields: Any) -> None:
+        """Keep `fields` of `StudyFacts` with study `name`, e.g. the confirm step's result."""
         study = self.load(name)
         with storage_errors(self.url):
-            study.set_user_attr(key, value)
+            write_study(study, **fields)

@@ -18,13 +18,12 @@ from autotune.study._harness import (
     trial_engine_config,
 )
 from autotune.study._learned import LearnedRule, Tried, learned_rules
-from autotune.study._opening import SPEC_ATTR, check_warm_start
+from autotune.study._opening import check_warm_start
 from autotune.study._runner import StudyResult, StudyRunner
 from autotune.study._screen import percentage_errors, study_model
 from autotune.study._trial import TrialOutcome
 
 __all__ = [
-    "SPEC_ATTR",
     "Confirmer",
     "Event",
     "Gate",

@@ -47,7 +47,6 @@ from autotune.drift import compared
 from autotune.engine import EngineConfig
 from autotune.measure import Measure, Measurement
 from autotune.selection import (
-    CONFIRM_ATTR,
     baseline,
     study_objectives,
 )
@@ -110,7 +109,7 @@ class Confirmer:
         """The confirm step of `harness`'s study: its measure, on devices leased as the trials'
         were. Its runs are summarized (goodput) within the bounds the study's baseline fixed,
         as the trials' were, so the harness adopts them from the store first."""
-        harness.bounds.adopt(store.study_attrs(harness.spec.study))
+        harness.bounds.adopt(store.study_facts(harness.spec.study))
         return cls(
             harness.spec,
             harness.space,
@@ -124,9 +123,9 @@ class Confirmer:
     def run(self, top: int, rounds: int) -> dict[str, Any]:
         name = self.spec.study
         records = self.store.trials(name)
-        attrs = self.store.study_attrs(name)
-        bounds = Bounds.of_study(attrs, self.spec)
-        objectives = study_objectives(attrs)
+        facts = self.store.study_facts(name)
+        bounds = Bounds.of_study(facts, self.spec)
+        objectives = study_objectives(facts)
         metric, direction = objectives[0]
         chosen = choose_candidates(records, objectives, top)
         numbers = [t.number for t in chosen]
@@ -253,7 +252,7 @@ class Confirmer:
 
     def _keep(self, result: dict[str, Any]) -> None:
         """After every run: a crash loses no confirm measurement."""
-        self.store.set_study_attr(self.spec.study, CONFIRM_ATTR, result)
+        self.store.write_study_facts(self.spec.study, confirm=result)
         path = self.spec.study_dir / CONFIRM_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1))

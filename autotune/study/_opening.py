@@ -4,7 +4,6 @@ check of a continued one, the warm start from another study, and the spec worker
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import uuid
 from typing import Any
@@ -20,15 +19,21 @@ from autotune.selection import pareto_front, study_objectives
 from autotune.space import SpaceError
 from autotune.spec import SpecError, TuneSpec
 from autotune.status import TrialStatus
-from autotune.store import StorageError, StoreSettings, StudyStore, default_storage_url, redact
+from autotune.store import (
+    StorageError,
+    StoreSettings,
+    StudyFacts,
+    StudyStore,
+    default_storage_url,
+    redact,
+    write_study,
+)
 from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness, model_ref
 from autotune.study._reingest import TrialFolder, check_reingest, reingest, used_folders
 from autotune.study._stages import baseline_attrs, queue_layouts, staged
 
 logger = logging.getLogger(__name__)
-
-SPEC_ATTR = "spec"  # the study attribute holding TuneSpec.shared(): what workers run
 
 
 def open_study(
@@ -40,7 +45,7 @@ def open_study(
     spec = harness.spec
     folders: dict[int, TrialFolder] = {}
     if store.has(spec.study):
-        _check_same_search(spec, store.study_attrs(spec.study))
+        _check_same_search(spec, store.study_facts(spec.study))
     else:
         check_warm_start(harness, store.settings)  # a bad --warm-start creates nothing
         folders = _foreign_folders(harness, store)
@@ -58,7 +63,7 @@ def open_study(
             # Workers that start together must not propose the same configs.
             offset += int(uuid.uuid4().int % 1_000_000)
         study.sampler = staged(harness, make_sampler(spec, offset=offset))
-    study.set_user_attr(SPEC_ATTR, _shared_spec(spec))
+    write_study(study, spec=_shared_spec(spec))
     return study, created
 
 
@@ -97,7 +102,7 @@ def baseline_params(harness: Harness) -> dict[str, Any]:
 
 
 def _check_same_experiment(harness: Harness, study: optuna.Study) -> None:
-    changed = harness.differs_from(study.user_attrs)
+    changed = harness.differs_from(StudyFacts.of(study).stored())
     if changed is not None:
         raise StudyMismatch(
             f"study {harness.spec.study!r} was run with {changed}; its trials would not be "
@@ -105,11 +110,10 @@ def _check_same_experiment(harness: Harness, study: optuna.Study) -> None:
         )
 
 
-def _check_same_search(spec: TuneSpec, stored: dict[str, Any]) -> None:
+def _check_same_search(spec: TuneSpec, stored: StudyFacts) -> None:
     """A study continues with the search it was created with (Optuna keeps its objectives);
     a study of an older version, without the attribute, searched every objective."""
-    objectives = stored.get("objectives") or []
-    searched = stored.get("search") or ("pareto" if len(objectives) > 1 else spec.search)
+    searched = stored.search or ("pareto" if len(stored.objectives) > 1 else spec.search)
     if searched != spec.search:
         raise StudyMismatch(
             f"study {spec.study!r} was run with --search {searched}: continue it with "
@@ -132,8 +136,7 @@ def _initialize(
         "baseline_defaults": harness.baseline_note,  # vLLM's, for this device (or None)
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    for key, value in _jsonable(attrs).items():
-        study.set_user_attr(key, value)
+    write_study(study, **attrs)
     if not (folders and reingest(harness, store, study, folders).baseline):
         study.enqueue_trial(  # (a re-ingested failed baseline has its params: run it again)
             baseline_params(harness),
@@ -149,10 +152,10 @@ def _warm_start(harness: Harness, store: StudyStore, study: optuna.Study, other:
     """Queue the Pareto configs of study `other` (after the baseline): a new study on the
     same model and hardware starts from what an earlier one found."""
     spec, space = harness.spec, harness.space
-    source, attrs = _warm_source(harness, store.settings, other)
-    if attrs.get("model") != model_ref(spec.model):
-        logger.warning("--warm-start %s tuned model %s", other, attrs.get("model"))
-    front = pareto_front(source.trials(other), study_objectives(attrs))
+    source, facts = _warm_source(harness, store.settings, other)
+    if facts.model != model_ref(spec.model):
+        logger.warning("--warm-start %s tuned model %s", other, facts.model)
+    front = pareto_front(source.trials(other), study_objectives(facts))
     queued = 0
     for trial in front:
         try:
@@ -174,7 +177,7 @@ def check_warm_start(harness: Harness, settings: StoreSettings) -> None:
 
 def _warm_source(
     harness: Harness, settings: StoreSettings, other: str
-) -> tuple[StudyStore, dict[str, Any]]:
+) -> tuple[StudyStore, StudyFacts]:
     """The store and attributes of `--warm-start` study `other`. Raises SpecError (bad
     input: checked before the new study is created) when it is not there or searched another
     space."""
@@ -182,15 +185,15 @@ def _warm_source(
     url = spec.storage or default_storage_url(spec.root, other)
     try:
         source = StudyStore(url, create=False, settings=settings)
-        attrs = source.study_attrs(other)
+        facts = source.study_facts(other)
     except StorageError as exc:
         raise SpecError(f"--warm-start {other}: {exc}") from None
-    if attrs.get("space") != harness.space.name:
+    if facts.space != harness.space.name:
         raise SpecError(
-            f"--warm-start {other}: it searched space {attrs.get('space')!r}, not "
+            f"--warm-start {other}: it searched space {facts.space!r}, not "
             f"{harness.space.name!r}; its configs are not points of this space"
         )
-    return source, attrs
+    return source, facts
 
 
 def retry_failed_baseline(harness: Harness, study: optuna.Study) -> None:
@@ -207,9 +210,3 @@ def retry_failed_baseline(harness: Harness, study: optuna.Study) -> None:
         t.state in pending or t.user_attrs.get(keys.STATUS) == TrialStatus.OK for t in baselines
     ):
         study.enqueue_trial(baseline_params(harness), user_attrs=baseline_attrs(harness))
-
-
-def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
-    """The value as it reads back from the storage (JSON types only)."""
-    result: dict[str, Any] = json.loads(json.dumps(value, default=str))
-    return result

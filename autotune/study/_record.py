@@ -33,11 +33,18 @@ from autotune.measure import (
     save_measurement,
 )
 from autotune.search import told_objectives
-from autotune.selection import BASIS_ATTR, REFERENCE_ATTR, SLOS_ATTR
 from autotune.space import SearchSpace, repair
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
-from autotune.store import StorageError, StudyStore, Worker, storage_errors, stored_intervals
+from autotune.store import (
+    StorageError,
+    StudyFacts,
+    StudyStore,
+    Worker,
+    storage_errors,
+    stored_intervals,
+    write_study,
+)
 from autotune.study._errors import StudyError
 from autotune.study._gate import Verdict
 from autotune.study._slos import StudyBounds
@@ -172,8 +179,8 @@ class Recorder:
             return m
         assert m.summary is not None
         basis = self.bounds.fix(m.summary, trial.number)
-        study.set_user_attr(BASIS_ATTR, {**(study.user_attrs.get(BASIS_ATTR) or {}), **basis})
-        study.set_user_attr(SLOS_ATTR, dict(self.bounds.values))
+        stored = StudyFacts.of(study).slo_basis
+        write_study(study, slo_basis={**stored, **basis}, slos=dict(self.bounds.values))
         logger.info("baseline-relative SLOs fixed by trial %d: %s", trial.number, basis)
         return resummarized(m, self.bounds.values)
 
@@ -184,7 +191,7 @@ class Recorder:
         `_slos`): it agrees with itself by definition, as its folder then says too."""
         if not self.bounds.reference_pending() or m.greedy is None or m.summary is None:
             return m
-        study.set_user_attr(REFERENCE_ATTR, self.bounds.fix_reference(m.greedy, trial.number))
+        write_study(study, agreement_reference=self.bounds.fix_reference(m.greedy, trial.number))
         itself = Agreement(1.0, 1.0, len(m.greedy))
         m = dataclasses.replace(m, agreement=itself, summary=with_agreement(m.summary, 1.0, 1.0))
         save_measurement(trial_dir, m)

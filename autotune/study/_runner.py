@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 
 from autotune import store as keys
 from autotune.status import TrialStatus
-from autotune.store import StudyStore
+from autotune.store import StudyFacts, StudyStore
 from autotune.study._errors import StudyError
 from autotune.study._events import Event
 from autotune.study._gate import SkipRule
@@ -169,7 +169,7 @@ class StudyRunner:
         that took it), and fixes the bounds before any other trial is launched (`_slos`).
         (Optuna pops the oldest queued trial: a baseline queued again after a failure, behind
         queued warm starts, lets those run first, judged without the pending bounds.)"""
-        while not self.harness.bounds.adopt(study.user_attrs):
+        while not self.harness.bounds.adopt(StudyFacts.of(study)):
             if len(trials.slots.held()) >= self.spec.trials:
                 return  # the budget is spent: nothing is left to judge
             states = {

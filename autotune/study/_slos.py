@@ -29,8 +29,8 @@ from typing import Any
 
 from autotune.bench import Summary
 from autotune.measure import Reference
-from autotune.selection import BASIS_ATTR, REFERENCE_ATTR, SLOS_ATTR
 from autotune.spec import TuneSpec
+from autotune.store import StudyFacts
 from autotune.study._errors import StudyError
 
 
@@ -60,15 +60,13 @@ class StudyBounds:
     def reference_pending(self) -> bool:
         return self.reference is not None and not self.reference.outputs
 
-    def adopt(self, attrs: Mapping[str, Any]) -> bool:
-        """Take the bounds a study's baseline fixed (its stored attributes); True when none
-        is pending any more."""
-        stored = attrs.get(BASIS_ATTR) or {}
-        bounds = attrs.get(SLOS_ATTR) or {}
+    def adopt(self, facts: StudyFacts) -> bool:
+        """Take the bounds a study's baseline fixed (its stored facts); True when none is
+        pending any more."""
         for name in self.relative_pending():
-            if name in stored and name in bounds:
-                self.values[name] = float(bounds[name])
-        outputs = (attrs.get(REFERENCE_ATTR) or {}).get("outputs")
+            if name in facts.slo_basis and name in facts.slos:
+                self.values[name] = facts.slos[name]
+        outputs = facts.agreement_reference.outputs if facts.agreement_reference else None
         if self.reference_pending() and outputs:
             assert self.reference is not None
             self.reference.outputs[:] = outputs

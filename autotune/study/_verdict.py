@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.bench import t_quantile
-from autotune.selection import BASIS_ATTR, SLOS_ATTR
 from autotune.spec import TuneSpec
+from autotune.store import StudyFacts
 from autotune.study._sequential import ERROR, SMALLEST, look
 
 LEVEL = 0.90  # the gain's interval: two-sided
@@ -42,11 +42,11 @@ class Bounds:
     max_error_rate: float = 0.0
 
     @classmethod
-    def of_study(cls, attrs: Mapping[str, Any], spec: TuneSpec) -> Bounds:
-        """The bounds a study fixed (its `slos` and `slo_basis` attributes), else the spec's."""
-        stored = dict(attrs.get(SLOS_ATTR) or spec.slos)
-        basis = attrs.get(BASIS_ATTR) or {}
-        relative = {name: float(basis[name]["factor"]) for name in basis if name in stored}
+    def of_study(cls, facts: StudyFacts, spec: TuneSpec) -> Bounds:
+        """The bounds a study fixed (its `slos` and `slo_basis`), else the spec's."""
+        stored = dict(facts.slos or spec.slos)
+        basis = facts.slo_basis
+        relative = {name: basis[name].factor for name in basis if name in stored}
         relative.update({k: v for k, v in spec.relative_slos.items() if k not in relative})
         absolute = {k: float(v) for k, v in stored.items() if k not in relative}
         return cls(absolute, relative, spec.max_error_rate)

@@ -15,7 +15,6 @@ from support import one_error_line
 from autotune import layout
 from autotune.dashboard import Catalog, study_view
 from autotune.measure import AGREEMENT
-from autotune.selection import REFERENCE_ATTR
 from autotune.store import StudyStore
 from cli.conftest import invoke, tune_args
 
@@ -47,7 +46,7 @@ def test_a_config_that_answers_otherwise_is_infeasible_and_not_exported(
     measured = [t for t in store.trials("g") if t.measured]
     assert len(measured) == 4 and measured[0].role == "baseline"
     assert measured[0].metrics["agreement_tokens"] == measured[0].metrics["agreement_exact"] == 1
-    reference = store.load("g").user_attrs[REFERENCE_ATTR]
+    reference = store.load("g").user_attrs["agreement_reference"]
     assert reference["trial"] == 0 and len(reference["outputs"]) == 8
     fp8 = [t for t in measured if t.params["quantization"] == "fp8"]
     same = [t for t in measured if t.params["quantization"] is None]

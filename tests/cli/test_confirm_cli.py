@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.bench import pooled_summary, read_records
-from autotune.store import StudyStore
+from autotune.store import StudyFacts, StudyStore
 
 TuneArgv = Callable[..., list[str | Path]]
 ONE_OBJECTIVE = ("--objective", "output_throughput:max")
@@ -172,7 +172,7 @@ def test_a_confirm_step_with_nothing_to_re_measure_is_its_verdict_alone() -> Non
         "baseline": 0, "candidates": {}, "winner": 0, "gain": {"verdict": verdict},
     }  # fmt: skip
     console = Console(record=True, width=200)
-    print_confirm(console, {"confirm": result})
+    print_confirm(console, StudyFacts(confirm=result))
     lines = console.export_text().splitlines()
     assert lines == [
         f"confirmed winner (w): trial 0 (the baseline: your defaults); verdict: {verdict}"

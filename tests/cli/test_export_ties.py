@@ -133,7 +133,7 @@ def test_with_nothing_feasible_each_command_names_what_it_can_do(tmp_path: Path)
     # `profile` used to suggest `--allow-infeasible`, a flag only `export` has.
     stored_study(tmp_path, [(128, 900.0, 60.0), (256, 1000.0, 55.0)])  # both over 50 ms
     store = StudyStore(f"sqlite:///{tmp_path / STUDY / 'study.db'}")
-    store.set_study_attr(STUDY, "spec", {"study": STUDY, "model": str(tmp_path / "m")})
+    store.write_study_facts(STUDY, spec={"study": STUDY, "model": str(tmp_path / "m")})
     runner = CliRunner()
     exported = runner.invoke(app, ["export", STUDY, "--root", str(tmp_path), "-o", "x.yaml"])
     assert exported.exit_code == 3

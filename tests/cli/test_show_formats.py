@@ -15,7 +15,7 @@ from rich.console import Console
 
 from autotune.bench import METRIC_NAMES
 from autotune.cli._render import print_front
-from autotune.store import StudyStore, TrialRecord
+from autotune.store import StudyFacts, StudyStore, TrialRecord
 from autotune.trial_data import COLUMNS
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def trials() -> list[TrialRecord]:
 
 def rendered(width: int) -> list[str]:
     console = Console(width=width, record=True, file=io.StringIO())
-    print_front(console, "demo", trials(), {}, show_all=True)
+    print_front(console, "demo", trials(), StudyFacts(), show_all=True)
     return console.export_text().splitlines()
 
 

@@ -22,7 +22,7 @@ def test_warm_start_queues_the_other_studys_front_after_the_baseline(
     first = cli(*tune_argv("first", "--trials", "4", "--sampler", "random"))
     assert first.exit_code == 0, first.output  # type: ignore[attr-defined]
     store = _trials(root, "first")
-    front = pareto_front(store.trials("first"), study_objectives(store.study_attrs("first")))
+    front = pareto_front(store.trials("first"), study_objectives(store.study_facts("first")))
     assert front
 
     argv = tune_argv("second", "--trials", str(len(front) + 2), "--warm-start", "first")

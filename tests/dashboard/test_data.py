@@ -14,7 +14,6 @@ from autotune.dashboard import Catalog, UnknownStudy, study_rows, study_state, s
 from autotune.dashboard._charts import BASELINE, WINNER
 from autotune.dashboard._data import default_params, finite, y_options
 from autotune.export import choose_export
-from autotune.selection import confirmed_winner
 from autotune.store import StudyStore
 
 from .conftest import Studies
@@ -43,14 +42,14 @@ def test_studies_list_counts_outcomes(studies: Studies) -> None:
 def test_study_view_of_a_confirmed_study(studies: Studies) -> None:
     view = study_view(Catalog(studies.root), "s1")
     store = StudyStore(f"sqlite:///{studies.root / 's1' / 'study.db'}", create=False)
-    attrs = store.study_attrs("s1")
+    facts = store.study_facts("s1")
     assert [o.metric for o in view.y_options] == ["p99_ttft_ms", "p99_tpot_ms"]
     assert view.param_pair == ["max_num_seqs", "kv_cache_mib"]
     assert view.baseline == 0 and view.front
     # The marked winner is what `export` writes by default: the confirmed winner.
-    chosen, how = choose_export(store.trials("s1"), attrs)
+    chosen, how = choose_export(store.trials("s1"), facts)
     assert view.winner is not None and view.winner.number == chosen.number
-    assert view.winner.number == confirmed_winner(attrs) and view.winner.how == how
+    assert view.winner.number == facts.confirmed_winner and view.winner.how == how
     assert view.winner.yaml.startswith(f"# vllm-autotune: study 's1', trial {chosen.number}")
     assert view.confirm is not None and view.confirm.finished
     assert view.confirm.winner == chosen.number and view.confirm.verdict

@@ -33,7 +33,6 @@ from support import processes_mentioning, wait_for
 from autotune import layout
 from autotune.engine import recorded_engine
 from autotune.measure import AGREEMENT
-from autotune.selection import REFERENCE_ATTR
 from autotune.store import StudyStore
 from e2e.conftest import AUTOTUNE, REPO, engine_env, orphan_segments, psm_segments
 
@@ -113,7 +112,7 @@ def test_a_float32_checkpoint_agrees_and_another_model_fails_the_gate(
     store = StudyStore(f"sqlite:///{root / 'gate' / 'study.db'}", create=False)
     killed = store.trials("gate")
     assert killed[0].status == "ok" and killed[1].state == "running", killed
-    reference = store.load("gate").user_attrs[REFERENCE_ATTR]
+    reference = store.load("gate").user_attrs["agreement_reference"]
 
     out = subprocess.run(argv, capture_output=True, text=True, timeout=1200, cwd=REPO, env=env)
     text = out.stdout + out.stderr
@@ -124,7 +123,7 @@ def test_a_float32_checkpoint_agrees_and_another_model_fails_the_gate(
     seen = [(t.number, t.params, t.status, t.metrics.get("agreement_tokens")) for t in trials]
     print(seen)
     assert trials[0].model_dump() == killed[0].model_dump()  # the measured trial is untouched
-    assert store.load("gate").user_attrs[REFERENCE_ATTR] == reference  # not measured again
+    assert store.load("gate").user_attrs["agreement_reference"] == reference  # not measured again
     assert trials[1].status == "interrupted", seen
     launched = {t.params["checkpoint"]: t for t in trials if t.measured}
     assert sorted(launched) == ["bf16", "fp32", "other"] and len(launched) == 3, seen

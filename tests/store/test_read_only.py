@@ -20,7 +20,7 @@ def test_a_read_only_store_reads_and_refuses_writes(storage_url: str) -> None:
     assert [s.name for s in reader.studies()] == ["s1"]
     assert [t.values for t in reader.trials("s1")] == [[1.0]]
     with pytest.raises(StorageError, match=r"read.?only"):
-        reader.set_study_attr("s1", "model", "other")
+        reader.write_study_facts("s1", model="other")
     assert StudyStore(storage_url).study_attrs("s1") == {"model": "tiny"}
 
 

@@ -68,7 +68,7 @@ def test_studies_lists_names_directions_and_trial_counts(store: StudyStore) -> N
     assert set(infos) == {"s1", "s2"}
     assert infos["s1"].n_trials == 2
     assert infos["s1"].directions == DIRECTIONS
-    assert infos["s1"].attrs == {"space": "cpu-quick"}
+    assert infos["s1"].facts.space == "cpu-quick"
     assert infos["s2"].n_trials == 0
 
 

@@ -13,7 +13,7 @@ from autotune.bench import RequestRecord, summarize, t_quantile
 from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
 from autotune.measure import Judge, Measurement
-from autotune.selection import CONFIRM_ATTR, confirmed_winner, pareto_front, pick, study_objectives
+from autotune.selection import pareto_front, pick, study_objectives
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
@@ -73,7 +73,7 @@ def test_pruned_trials_are_recorded_apart_and_save_device_time(
         assert t.params["max_num_seqs"] < 10  # TTFT >= 400 ms: the SLO breaks early
         assert "SLO already broken" in t.reason
         assert t.metrics["completed"] < REQUESTS and t.device_s < 5.0
-    front = pareto_front(trials, study_objectives(store.study_attrs(spec.study)))
+    front = pareto_front(trials, study_objectives(store.study_facts(spec.study)))
     assert front and not any(t.status == TrialStatus.PRUNED for t in front)
     assert result.saved_device_s == len(pruned) * 5.0 - result.pruned_device_s > 0
     assert result.measured + result.pruned + result.failed == 8
@@ -140,12 +140,12 @@ def test_the_conservative_pick_beats_the_single_run_pick_on_a_noisy_engine(
     for seed in range(12):
         store, spec = noisy_study(make_spec, space, seed, tmp_path / str(seed))
         trials = store.trials(spec.study)
-        objectives = study_objectives(store.study_attrs(spec.study))
+        objectives = study_objectives(store.study_facts(spec.study))
         one_run = pick(trials, objectives, "max-throughput")
         single.append(TRUE[one_run.params["max_num_seqs"]])
         measure = NoisyMeasure(random.Random(1000 + seed))
         Confirmer(spec, space, store, measure).run(top=3, rounds=3)
-        winner = confirmed_winner(store.study_attrs(spec.study))
+        winner = store.study_facts(spec.study).confirmed_winner
         chosen = next(t for t in trials if t.number == winner)
         confirmed.append(TRUE[chosen.params["max_num_seqs"]])
     print("single-run picks", single, "confirmed picks", confirmed)
@@ -168,7 +168,7 @@ def test_confirm_keeps_every_run_and_a_stable_engine_confirms_the_same_winner(
         NOISE = saved
     assert first["winner"] == second["winner"] is not None
     attrs = store.study_attrs(spec.study)
-    assert attrs[CONFIRM_ATTR]["finished"] and attrs[CONFIRM_ATTR]["winner"] == first["winner"]
+    assert attrs["confirm"]["finished"] and attrs["confirm"]["winner"] == first["winner"]
     assert first["order"][0] == list(reversed(first["order"][1]))
 
 
@@ -357,7 +357,7 @@ def test_on_a_slowing_host_the_baseline_against_its_twin_wins_plainly(
         assert c["holds"], c
     assert result["winner"] == 0
     assert result["gain"]["verdict"].startswith("no config measured better than your defaults")
-    assert store.study_attrs(spec.study)[CONFIRM_ATTR]["winner"] == 0
+    assert store.study_attrs(spec.study)["confirm"]["winner"] == 0
 
 
 def test_a_confirm_step_cut_short_has_no_verdict_rather_than_a_stale_one() -> None:

@@ -73,7 +73,7 @@ def test_a_resumed_study_and_the_confirm_step_keep_the_first_bound(
 
     fresh = StudyBounds.of(make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR}))
     assert fresh.pending() == ["p99_ttft_ms"]
-    assert fresh.adopt(store.study_attrs(spec.study))
+    assert fresh.adopt(store.study_facts(spec.study))
     assert fresh.values == {"p99_ttft_ms": first}
     # `autotune confirm`: a new harness's bounds are the study's once its confirm step is built.
     confirming = Harness(make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR}), space, measure)
