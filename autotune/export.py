@@ -19,11 +19,9 @@ from autotune.host import hardware_line, serve_command
 from autotune.numbers import interval_text, readable
 from autotune.selection import (
     MARGIN_Z,
-    NOT_SLOS,
     ModelErrors,
     SelectionError,
     closest,
-    describe_slos,
     margin,
     miss_text,
     misses,
@@ -32,6 +30,7 @@ from autotune.selection import (
     pick,
     study_objectives,
 )
+from autotune.slo import NOT_SLOS, slo_text
 from autotune.store import StudyFacts, TrialRecord
 
 CONFIRMED = "confirmed winner: alternating re-runs paired with the baseline"
@@ -87,7 +86,7 @@ def choose_export(
         number, how = winner, CONFIRMED
     else:
         how = f"trial {number}" if number is not None else f"pick {rule or 'max-throughput'}"
-    relative = list(facts.relative_slos)
+    relative = [s.metric for s in facts.all_slos if s.relative]
     chosen = pick(records, study_objectives(facts), rule or "", number, measured, relative, errors)
     if how.startswith("pick "):
         how += margin_text(chosen, measured, relative, errors)
@@ -161,7 +160,7 @@ def header_lines(study: str, trial: TrialRecord, facts: StudyFacts, how: str) ->
         _confirmed_line(trial, facts),
         f"INFEASIBLE: it misses {miss_text(trial)}" if trial.measured and misses(trial) else "",
         f"workload: {compact(facts.workload)}; load: {compact(facts.load)}",
-        f"SLOs: {describe_slos(facts)}",
+        f"SLOs: {slo_text(facts.all_slos)}",
         f"vLLM: {vllm or 'unknown'}; host: {hardware_line(host)}",
     ]
     return [line for line in lines if line]

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from autotune.drift import Noise, config_key
 from autotune.numbers import readable
+from autotune.slo import AGREEMENT, ERROR_RATE, FAILED, NOT_SLOS, OOM
 from autotune.spec import DEFAULT_OBJECTIVES
 from autotune.store import StudyFacts, TrialRecord
 
@@ -20,9 +21,6 @@ PICKS: tuple[str, ...] = ("max-throughput", "min-ttft", "min-tpot", "knee")
 # Two configs whose first objective is within 2% tie: less than one run's spread on a shared
 # host (docs/benchmarks.md, "Verdicts"), so no single measurement could tell them apart.
 TIE = 0.02
-# The constraints that are not an SLO's (`agreement`: --min-agreement, a share of the
-# baseline's greedy tokens, bounded from below).
-NOT_SLOS = ("failed", "oom", "error_rate", "agreement")
 # How far inside an SLO bound a picked config must measure, in sd of the mean of its runs: a
 # config whose true value sits at its bound measures this far inside it 1 time in 10
 # (one-sided 90%, normal quantile). The sd is the study's own estimate from a few repeated
@@ -292,21 +290,6 @@ def confirm_slo_text(candidate: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
-def describe_slos(facts: StudyFacts) -> str:
-    """The study's SLOs on one line: `p99_ttft_ms <= 2000, p99_tpot_ms <= 230 (baseline
-    191.7 x 1.2)`; a relative one not fixed yet reads `<= baseline x 1.2`."""
-    bounds, basis, relative = facts.slos, facts.slo_basis, facts.relative_slos
-    parts = []
-    for name, bound in bounds.items():
-        entry = basis.get(name)
-        how = f" (baseline {readable(entry.baseline)} x {entry.factor:g})" if entry else ""
-        parts.append(f"{name} <= {readable(bound)}{how}")
-    for name, factor in relative.items():
-        if name not in bounds:
-            parts.append(f"{name} <= baseline x {factor:g} (not measured yet)")
-    return ", ".join(parts) or "none"
-
-
 @dataclass(frozen=True)
 class Miss:
     """By how much a measured trial misses one constraint."""
@@ -333,9 +316,9 @@ def misses(trial: TrialRecord) -> list[Miss]:
     an SLO's is `measured / bound - 1`, see autotune.measure._objectives)."""
     out = []
     for name, value in trial.constraints.items():
-        if value <= 0 or name in ("failed", "oom"):
+        if value <= 0 or name in (FAILED, OOM):
             continue
-        if name == "agreement":  # min_agreement - agreement_tokens (1 where not measured)
+        if name == AGREEMENT:  # min_agreement - agreement_tokens (1 where not measured)
             agreed = trial.metric("agreement_tokens")
             if agreed != agreed:
                 out.append(Miss("agreement_tokens", agreed, math.nan, value))
@@ -345,7 +328,7 @@ def misses(trial: TrialRecord) -> list[Miss]:
                 )
             continue
         measured = trial.metric(name)
-        if name == "error_rate":
+        if name == ERROR_RATE:
             out.append(Miss(name, measured, measured - value, value))
         else:
             out.append(Miss(name, measured, measured / (1.0 + value), value))

@@ -20,11 +20,12 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from autotune.slo import Slo
 from autotune.study._confirm import round_order
 from autotune.study._verdict import Bounds, ConfirmRun, evaluate, gain
 
 SLOS = ("p99_ttft_ms", "p99_tpot_ms")
-DEMO_BOUNDS = Bounds(relative=dict.fromkeys(SLOS, 1.2))
+DEMO_BOUNDS = Bounds(tuple(Slo(name, factor=1.2) for name in SLOS))
 THROUGHPUT_ONLY = Bounds()
 BASE, CAND = 0, 1  # trial numbers in a verdict: the baseline and the candidate
 

@@ -95,6 +95,7 @@ LAYERS: tuple[Layer, ...] = (
             "autotune.layout",
             "autotune.host",
             "autotune.numbers",
+            "autotune.slo",
         ),
         (*_LOOP, "autotune.measure", "autotune.dashboard", "autotune.export"),
         "engine, load client, store, devices, search space, spec and vocabularies",

@@ -388,6 +388,50 @@ def test_one_module_reads_the_study_attributes() -> None:
     )
 
 
+# One SLO type, `autotune.slo.Slo` (metric, bound or factor of the baseline, how it is judged,
+# its text): no other module defines an SLO class, names the constraints that are no SLO's,
+# or words a relative bound.
+SLO_OWNER = "autotune.slo"
+SLO_SHAPES = re.compile(
+    r"^class \w*Slos?\b|^(?:NOT_SLOS|FAILED|OOM|ERROR_RATE|AGREEMENT)\b\s*[:=]|<= baseline x",
+    re.MULTILINE,
+)
+
+
+def slo_shapes(root: Path, package: str = PACKAGE) -> list[str]:
+    """`module: text` for each SLO type, constraint name or SLO text outside SLO_OWNER."""
+    return [
+        f"{name}: {match[0]}"
+        for name, path in module_files(root, package).items()
+        if name != SLO_OWNER
+        for match in SLO_SHAPES.finditer(path.read_text(encoding="utf-8"))
+    ]
+
+
+def test_a_second_slo_shape_is_found(tmp_path: Path) -> None:
+    root = write_tree(
+        tmp_path,
+        {
+            "autotune/__init__.py": "",
+            "autotune/slo.py": "class Slo:\n    pass\nFAILED = 'failed'\n",
+            "autotune/a.py": "class TrialSlo:\n    pass\n",
+            "autotune/b.py": "NOT_SLOS = ('failed', 'oom')\n",
+            "autotune/c.py": "text = f'{name} <= baseline x {factor:g}'\n",
+            "autotune/d.py": "class SloBasis:\n    pass\nslos = bounds_of(x)\n",
+        },
+    )
+    found = [line.split(":")[0] for line in slo_shapes(root)]
+    assert found == ["autotune.a", "autotune.b", "autotune.c"]
+
+
+def test_one_slo_type() -> None:
+    found = slo_shapes(ROOT)
+    assert not found, (
+        f"an SLO's type, constraint names or text outside {SLO_OWNER} (use autotune.slo):\n"
+        + "\n".join(found)
+    )
+
+
 def test_no_test_module_imports_another() -> None:
     # Issue 33: shared stand-ins live in helper modules (tests/builders.py, study/fakes.py,
     # devices/fake_host.py) or conftests, never in a test module another one imports.

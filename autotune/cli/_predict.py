@@ -12,6 +12,7 @@ import yaml
 
 from autotune.cli._common import InputError, cli_errors, console, open_store
 from autotune.cli._table import Format
+from autotune.slo import bounds_of
 from autotune.store import StudyFacts
 from autotune.yamlfile import load_yaml
 
@@ -57,7 +58,7 @@ def predict(
                 f"study {study!r} has no measured trial whose request records and logged KV "
                 "capacity are on this machine: nothing to calibrate the engine model on"
             )
-        prediction = model.predict(engine_options(config), facts.slos)
+        prediction = model.predict(engine_options(config), bounds_of(facts.all_slos))
         errors = percentage_errors(records)
     if output_format is Format.JSON:
         out = {"config": config, "prediction": prediction.stored(), "ignored": ignored,

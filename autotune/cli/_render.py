@@ -22,12 +22,12 @@ from autotune.selection import (
     baseline,
     closest,
     confirm_slo_text,
-    describe_slos,
     miss_text,
     misses,
     pareto_front,
     study_objectives,
 )
+from autotune.slo import percentile_of, slo_text
 from autotune.status import PREDICTED_STATUSES
 from autotune.store import StudyFacts, TrialFacts, TrialRecord
 from autotune.study import (
@@ -53,11 +53,8 @@ def _pair(t: TrialRecord, latency: str, fmt: str, q: str) -> str:
 def judged_percentile(facts: StudyFacts) -> str:
     """The latency percentile the study judges: its SLOs', else its objectives' (p50, p90 or
     p99), p99 where neither names one. Tables and progress lines show TTFT and TPOT at it."""
-    named = [*facts.slos, *(m for m, _ in study_objectives(facts))]
-    return next((m.split("_")[0] for m in named if m.split("_")[0] in _SHOWN), "p99")
-
-
-_SHOWN = ("p50", "p90", "p99")
+    named = [*(s.metric for s in facts.all_slos), *(m for m, _ in study_objectives(facts))]
+    return next((q for m in named if (q := percentile_of(m)) is not None), "p99")
 
 
 def print_confirm(console: Console, facts: StudyFacts) -> None:
@@ -307,7 +304,7 @@ def print_front(
     if line:
         console.print(line)
     names = ", ".join(f"{m} ({d[:3]})" for m, d in objectives)
-    console.print(f"objectives: {names}; SLOs: {describe_slos(facts)}")
+    console.print(f"objectives: {names}; SLOs: {slo_text(facts.all_slos)}")
     if not front:
         console.print("[yellow]no measured trial meets every constraint yet[/]")
     print_confirm(console, facts)

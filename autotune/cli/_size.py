@@ -10,6 +10,7 @@ import typer
 from autotune.cli._common import InputError, check_bounded, cli_errors, console, open_store
 from autotune.limits import MAX_PARALLEL, MAX_PRICE, MAX_RATE, MAX_TRIALS
 from autotune.sizing import size_for
+from autotune.slo import slo_text
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
 RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
@@ -43,7 +44,7 @@ def size(
                 f"study {study} measured no capacity: size needs a study run with --load capacity"
             )
         rows = size_for(store.trials(study), rate, devices_per_host)
-        slos = ", ".join(f"{k} <= {v:g}" for k, v in facts.slos.items())
+        slos = slo_text(facts.all_slos)
         if not rows:
             raise InputError(f"no config of study {study} held any rate within {slos}")
         console.print(

@@ -35,10 +35,10 @@ from autotune.host import hardware_line
 from autotune.selection import (
     SelectionError,
     baseline,
-    describe_slos,
     pareto_front,
     study_objectives,
 )
+from autotune.slo import bounds_of, slo_text
 from autotune.store import (
     StudyFacts,
     StudyStore,
@@ -332,7 +332,7 @@ def study_view(catalog: Catalog, name: str) -> StudyView:
     base_number = base.number if base else None
     picked, chosen, why_none = winner(name, records, facts)
     win_number = chosen.number if chosen else None
-    slos = dict(facts.slos)
+    slos = bounds_of(facts.all_slos)
     options = y_options(objectives, list(slos))
     names = sorted({k for t in records for k in t.params})
     pair = default_params(names)
@@ -357,7 +357,7 @@ def study_view(catalog: Catalog, name: str) -> StudyView:
         storage=redact(store.url),
         objectives=[Objective(metric=m, direction=d, label=metric_label(m)) for m, d in objectives],
         slos=slos,
-        slo_text=describe_slos(facts),
+        slo_text=slo_text(facts.all_slos),
         workload=compact(facts.workload, ", "),
         load=compact(facts.load, ", "),
         trials=[trial_row(t, columns, front) for t in records],

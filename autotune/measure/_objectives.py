@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from autotune.bench import Summary
+from autotune.slo import AGREEMENT, ERROR_RATE, FAILED, OOM, excess
 from autotune.spec import Objective
 from autotune.status import OOM_STATUSES
 
@@ -17,10 +18,6 @@ from autotune.status import OOM_STATUSES
 WORST_MAXIMIZE = 0.0
 WORST_MINIMIZE = 1e9
 
-FAILED = "failed"
-OOM = "oom"
-ERROR_RATE = "error_rate"
-AGREEMENT = "agreement"
 # Statuses that mean "this config needs more memory than there is".
 
 
@@ -60,7 +57,7 @@ def constraint_values(
     values = {FAILED: 0.0, OOM: 0.0, ERROR_RATE: summary.metric("error_rate") - max_error_rate}
     for name, bound in slos.items():
         measured = summary.metric(name)
-        values[name] = 1.0 if measured != measured else measured / bound - 1.0 if bound else 0.0
+        values[name] = excess(measured, bound)
     if min_agreement is not None:
         agreed = summary.metric("agreement_tokens")
         values[AGREEMENT] = 1.0 if agreed != agreed else min_agreement - agreed

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.slo import Slo, slos_of
 from autotune.store._facts import read_lenient
 
 if TYPE_CHECKING:
@@ -114,6 +115,14 @@ class StudyFacts(BaseModel):
     def stored(self) -> dict[str, Any]:
         """The attributes as stored: exactly the keys that were read (or written)."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+    @property
+    def all_slos(self) -> tuple[Slo, ...]:
+        """Every SLO: the absolute ones, the relative ones (fixed, with the baseline value
+        that fixed them, or still pending)."""
+        fixed = {k: v for k, v in self.slo_basis.items() if k in self.slos}
+        factors = {**self.relative_slos, **{k: v.factor for k, v in fixed.items()}}
+        return slos_of(self.slos, factors, {k: v.baseline for k, v in fixed.items()})
 
     @property
     def confirmed_winner(self) -> int | None:

@@ -238,7 +238,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         warmup,
         requests,
         spec.load,
-        bounds.values,
+        bounds.values,  # a copy: each measure below reads the bounds of its moment
         spec.max_error_rate,
         hang_s=spec.engine.hang_timeout_s,
         deadline_s=spec.engine.benchmark_timeout_s,
@@ -271,7 +271,8 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     def measure_one(
         config: EngineConfig, trial_dir: Path, judge: Judge | None = None
     ) -> Measurement:
-        return measure(config, trial_dir, plan, settings, judge=judge)
+        now = dataclasses.replace(plan, slos=bounds.values)
+        return measure(config, trial_dir, now, settings, judge=judge)
 
     # The baseline's p99s fix the bounds relative to it: the median of BASELINE_RUNS runs, not
     # one p99 of a small workload, which is about its largest sample (docs/metrics.md).
@@ -282,7 +283,8 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     def measure_baseline(
         config: EngineConfig, trial_dir: Path, judge: Judge | None = None
     ) -> Measurement:
-        return measure(config, trial_dir, base_plan, settings, judge=judge)
+        now = dataclasses.replace(base_plan, slos=bounds.values)
+        return measure(config, trial_dir, now, settings, judge=judge)
 
     return Harness(
         spec,

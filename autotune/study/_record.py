@@ -148,14 +148,15 @@ class Recorder:
             m.summary, self.bounds.values, self.spec.max_error_rate, m.status,
             self.spec.min_agreement,
         )  # fmt: skip
-        relative = self.spec.relative_slos
+        relative = [s for s in self.bounds.slos if s.relative and s.metric in constraints]
         if relative and m.summary is not None and self._runs_the_baseline(study, trial):
             # A bound relative to the baseline is the baseline's own value times its factor:
             # a run of the baseline's config is at 1x of it by definition, as the confirm step
             # pairs it (docs/metrics.md, "StudyBounds relative to the baseline").
-            for name, factor in relative.items():
-                if name in constraints:
-                    constraints[name] = 1.0 / factor - 1.0
+            for slo in relative:
+                value = m.summary.metric(slo.metric)
+                ratio = slo.ratio(value, baseline=value)
+                constraints[slo.metric] = 1.0 if ratio is None else ratio - 1.0
         for name, value in constraints.items():
             trial.set_constraint(name, value)
         study.tell(trial, objective_values(told_objectives(self.spec), m.summary))

@@ -16,19 +16,20 @@ every other trial's are compared with (`Reference`, shared with the workplan; th
 them in `agreement_reference`), and no other trial runs before they are known.
 
 The bounds are the study's, not the spec's: `StudyBounds` (one per harness) starts from the spec's
-absolute bounds and changes in one place, `fix`/`adopt`, in place (`StudyBounds.values` is the dict
-that the workload plan, the recorder and the pruning judge all hold). The spec is never changed.
+SLOs (`autotune.slo.Slo`) and changes in one place, `fix`/`adopt`, each a new tuple of SLOs; the
+workload plan, the recorder and the pruning judge read `StudyBounds.values`, a new dict each
+time, so no dict is shared and changed under its holder. The spec is never changed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from autotune.bench import Summary
 from autotune.measure import Reference
+from autotune.slo import Slo, bounds_of, slos_of
 from autotune.spec import TuneSpec
 from autotune.store import StudyFacts
 from autotune.study._errors import StudyError
@@ -36,18 +37,24 @@ from autotune.study._errors import StudyError
 
 @dataclass
 class StudyBounds:
-    """A study's SLO bounds: `values` holds the spec's absolute ones and each relative one
-    (`relative`: metric -> factor) once the baseline fixed it."""
+    """A study's SLOs (`slos`: the spec's, each relative one fixed once the baseline measured
+    it) and, with --min-agreement, the baseline's greedy outputs. Fixing a bound replaces
+    `slos` with new values; `values` is a new dict at each read, so no plan, recorder or judge
+    holds one that changes under it."""
 
-    relative: Mapping[str, float] = field(default_factory=dict)
-    values: dict[str, float] = field(default_factory=dict)
+    slos: tuple[Slo, ...] = ()
     reference: Reference | None = None  # with --min-agreement: the baseline's greedy outputs
 
     @classmethod
     def of(cls, spec: TuneSpec) -> StudyBounds:
         """The bounds of a study of `spec` before its baseline ran."""
         reference = Reference() if spec.min_agreement is not None else None
-        return cls(relative=dict(spec.relative_slos), values=dict(spec.slos), reference=reference)
+        return cls(slos_of(spec.slos, spec.relative_slos), reference)
+
+    @property
+    def values(self) -> dict[str, float]:
+        """Metric -> bound of every SLO whose bound is known (given, or fixed)."""
+        return bounds_of(self.slos)
 
     def pending(self) -> list[str]:
         """What the baseline has yet to fix: relative SLOs' bounds, the agreement reference."""
@@ -55,7 +62,7 @@ class StudyBounds:
 
     def relative_pending(self) -> list[str]:
         """The relative SLOs whose bound is not fixed yet."""
-        return [name for name in self.relative if name not in self.values]
+        return [s.metric for s in self.slos if s.bound is None]
 
     def reference_pending(self) -> bool:
         return self.reference is not None and not self.reference.outputs
@@ -63,9 +70,8 @@ class StudyBounds:
     def adopt(self, facts: StudyFacts) -> bool:
         """Take the bounds a study's baseline fixed (its stored facts); True when none is
         pending any more."""
-        for name in self.relative_pending():
-            if name in facts.slo_basis and name in facts.slos:
-                self.values[name] = facts.slos[name]
+        fixed = {s.metric: s for s in facts.all_slos if s.relative and s.baseline is not None}
+        self.slos = tuple(fixed.get(s.metric, s) if s.bound is None else s for s in self.slos)
         outputs = facts.agreement_reference.outputs if facts.agreement_reference else None
         if self.reference_pending() and outputs:
             assert self.reference is not None
@@ -82,15 +88,18 @@ class StudyBounds:
         """Fix the pending bounds from the baseline's `summary` (trial number `trial`); the
         basis to store. Raises StudyError when the baseline did not measure a metric."""
         basis: dict[str, Any] = {}
-        for name in self.relative_pending():
-            value = summary.metric(name)
+        slos = []
+        for slo in self.slos:
+            if slo.bound is not None:
+                slos.append(slo)
+                continue
+            value = summary.metric(slo.metric)
             if not math.isfinite(value) or value <= 0:
                 raise StudyError(
-                    f"the baseline (trial {trial}) measured no {name} ({value}): a bound "
-                    f"relative to it cannot be fixed; give --slo {name}=NUMBER instead"
+                    f"the baseline (trial {trial}) measured no {slo.metric} ({value}): a bound "
+                    f"relative to it cannot be fixed; give --slo {slo.metric}=NUMBER instead"
                 )
-            factor = self.relative[name]
-            basis[name] = {"factor": factor, "baseline": value, "trial": trial}
-        for name, entry in basis.items():
-            self.values[name] = entry["factor"] * entry["baseline"]
+            slos.append(slo.fixed(value))
+            basis[slo.metric] = {"factor": slo.factor, "baseline": value, "trial": trial}
+        self.slos = tuple(slos)
         return basis

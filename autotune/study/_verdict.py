@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.bench import t_quantile
+from autotune.slo import Slo, slos_of
 from autotune.spec import TuneSpec
 from autotune.store import StudyFacts
 from autotune.study._sequential import ERROR, SMALLEST, look
@@ -34,39 +35,36 @@ class ConfirmRun:
 
 @dataclass(frozen=True)
 class Bounds:
-    """The SLOs a confirm step judges: absolute bounds, and the factors of those relative to
-    the baseline (judged against the baseline's value in the same round)."""
+    """The SLOs a confirm step judges: the absolute ones against their bound, those relative
+    to the baseline against the baseline's value in the same round."""
 
-    absolute: Mapping[str, float] = field(default_factory=dict)
-    relative: Mapping[str, float] = field(default_factory=dict)  # metric -> factor
+    slos: tuple[Slo, ...] = ()
     max_error_rate: float = 0.0
 
     @classmethod
     def of_study(cls, facts: StudyFacts, spec: TuneSpec) -> Bounds:
-        """The bounds a study fixed (its `slos` and `slo_basis`), else the spec's."""
-        stored = dict(facts.slos or spec.slos)
-        basis = facts.slo_basis
-        relative = {name: basis[name].factor for name in basis if name in stored}
-        relative.update({k: v for k, v in spec.relative_slos.items() if k not in relative})
-        absolute = {k: float(v) for k, v in stored.items() if k not in relative}
-        return cls(absolute, relative, spec.max_error_rate)
+        """The SLOs a study fixed (its stored facts), else the spec's; the spec's relative
+        ones stay relative."""
+        slos = {s.metric: s for s in facts.all_slos or slos_of(spec.slos)}
+        for slo in slos_of({}, spec.relative_slos):
+            known = slos.get(slo.metric)
+            if known is None or not known.relative:
+                slos[slo.metric] = slo
+        return cls(tuple(slos.values()), spec.max_error_rate)
 
     @property
     def names(self) -> list[str]:
-        return [*self.absolute, *self.relative]
+        return [s.metric for s in self.slos]
 
     def ratio(self, name: str, run: ConfirmRun, base: ConfirmRun | None) -> float | None:
-        """`measured / bound` of SLO `name` in `run`'s round (None: not measured there)."""
+        """`measured / bound` of SLO `name` in `run`'s round (None: not measured there, or a
+        relative one without the round's baseline)."""
+        slo = next(s for s in self.slos if s.metric == name)
         value = run.slos.get(name)
-        if value is None or not math.isfinite(value):
+        ref = None if base is None else base.slos.get(name)
+        if value is None or (slo.relative and ref is None):
             return None
-        if name in self.relative:
-            ref = None if base is None else base.slos.get(name)
-            if ref is None or not math.isfinite(ref) or ref <= 0:
-                return None
-            return value / (self.relative[name] * ref)
-        bound = self.absolute[name]
-        return value / bound if bound > 0 else 0.0
+        return slo.ratio(value, ref)
 
 
 @dataclass(frozen=True)

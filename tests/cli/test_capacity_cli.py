@@ -76,7 +76,7 @@ def test_size_answers_the_fewest_devices_for_a_rate(
                  "--device-cost-per-hour", "2")  # fmt: skip
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     out = result.output  # type: ignore[attr-defined]
-    assert "within p99_ttft_ms <= 60000" in out
+    assert "within p99_ttft_ms <= 60,000" in out
     assert "fewest devices: 3 (trial" in out
     assert "3 x 1 device(s) = 3 devices on 2 host(s), 6.00 per hour" in out
     fixed = tune_argv("nocap", "--trials", "1")

@@ -14,6 +14,7 @@ from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
 from autotune.measure import Judge, Measurement
 from autotune.selection import pareto_front, pick, study_objectives
+from autotune.slo import Slo
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.status import TrialStatus
@@ -193,7 +194,7 @@ def test_the_best_candidate_is_the_best_median_minus_spread() -> None:
 
 
 def test_an_slo_is_judged_by_its_median_over_rounds_not_its_worst_round() -> None:
-    bounds = Bounds(absolute={"p99_ttft_ms": 100.0})
+    bounds = Bounds((Slo("p99_ttft_ms", 100.0),))
     one_bad = runs_of({1: [200, 200, 201], 0: [100, 101, 100]}, {1: [90, 140, 95], 0: [50] * 3})
     result = evaluate(one_bad, [1, 0], "maximize", 0, 3, bounds)
     assert result["candidates"]["1"]["slos"]["p99_ttft_ms"]["median"] == 0.95
@@ -208,7 +209,7 @@ def test_a_relative_bound_is_the_baseline_of_the_same_round() -> None:
     # Round 2 ran on a slow host: every latency doubled, the baseline's too. Against the
     # baseline of round 0 (a bound fixed once) the candidate would miss; paired, it holds,
     # and the baseline can never miss a bound relative to itself.
-    bounds = Bounds(relative={"p99_ttft_ms": 1.2})
+    bounds = Bounds((Slo("p99_ttft_ms", factor=1.2),))
     runs = runs_of({1: [120, 121, 60], 0: [100, 100, 50]}, {1: [110, 112, 230], 0: [100, 98, 200]})
     result = evaluate(runs, [1, 0], "maximize", 0, 3, bounds)
     assert result["candidates"]["1"]["slos"]["p99_ttft_ms"]["ratios"][2] == pytest.approx(
@@ -219,7 +220,7 @@ def test_a_relative_bound_is_the_baseline_of_the_same_round() -> None:
 
 
 def test_the_baseline_alone_qualifies_and_wins_plainly() -> None:
-    bounds = Bounds(absolute={"p99_ttft_ms": 100.0})
+    bounds = Bounds((Slo("p99_ttft_ms", 100.0),))
     runs = runs_of({1: [300, 300, 300], 0: [100, 100, 100]}, {1: [500] * 3, 0: [50] * 3})
     result = evaluate(runs, [1, 0], "maximize", 0, 3, bounds)
     assert result["best_candidate"] is None and result["winner"] == 0
@@ -227,7 +228,7 @@ def test_the_baseline_alone_qualifies_and_wins_plainly() -> None:
 
 
 def test_a_candidate_wins_where_the_defaults_miss_an_absolute_slo() -> None:
-    bounds = Bounds(absolute={"p99_ttft_ms": 100.0})
+    bounds = Bounds((Slo("p99_ttft_ms", 100.0),))
     runs = runs_of({1: [90, 92, 91], 0: [100, 100, 100]}, {1: [80] * 3, 0: [150] * 3})
     result = evaluate(runs, [1, 0], "maximize", 0, 3, bounds)
     assert result["winner"] == 1
@@ -237,7 +238,7 @@ def test_a_candidate_wins_where_the_defaults_miss_an_absolute_slo() -> None:
 def test_defaults_that_failed_a_round_are_not_said_to_miss_an_slo() -> None:
     runs = runs_of({1: [120, 121, 119], 0: [100, 100, 100]})
     runs[4] = ConfirmRun(1, 0, "crash", None, 1.0)  # the baseline's engine failed in round 2
-    result = evaluate(runs, [1, 0], "maximize", 0, 3, Bounds(absolute={"p99_ttft_ms": 100.0}))
+    result = evaluate(runs, [1, 0], "maximize", 0, 3, Bounds((Slo("p99_ttft_ms", 100.0),)))
     assert result["winner"] == 1
     assert "your defaults did not run in every round" in result["gain"]["verdict"]
 
@@ -378,12 +379,12 @@ def test_a_confirm_step_cut_short_has_no_verdict_rather_than_a_stale_one() -> No
         (False, Bounds(), "no winner: no candidate held the error-rate bound over the rounds"),
         (
             False,
-            Bounds(absolute={"p99_ttft_ms": 1.0}),
+            Bounds((Slo("p99_ttft_ms", 1.0),)),
             "no winner: no candidate held the SLOs over the rounds",
         ),
         (
             True,
-            Bounds(absolute={"p99_ttft_ms": 1.0}),
+            Bounds((Slo("p99_ttft_ms", 1.0),)),
             "no winner: no candidate both ran in every round and held the SLOs over the rounds",
         ),
     ],
