@@ -40,7 +40,7 @@ from autotune.bench._percentiles import (
     slo_percentile,
     thin_percentiles,
 )
-from autotune.bench._precision import Precision, degraded, sized
+from autotune.bench._precision import Precision, degraded, outlying, sized
 from autotune.bench._records import RequestRecord, read_records, write_records
 from autotune.bench._requests import build_requests, longest_request
 from autotune.bench._run import run_benchmark
@@ -110,6 +110,7 @@ __all__ = [
     "longest_request",
     "median_summary",
     "min_requests",
+    "outlying",
     "parse_counters",
     "parse_workload",
     "percentile",

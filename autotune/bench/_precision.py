@@ -61,11 +61,13 @@ def sized(
     slos: Mapping[str, float],
     precision: Precision,
     min_batches: int = 1,
+    left_out: Sequence[Sequence[RequestRecord]] = (),
 ) -> str | None:
-    """Why the run of `runs` (its batches so far) may end, or None while it must go on."""
-    seconds = sum(_seconds(batch) for batch in runs)
-    if len(runs) >= precision.max_batches:
-        return f"cap: {len(runs)} batches ({_rate_text(runs)})"
+    """Why the run of `runs` (its batches so far) may end, or None while it must go on.
+    `left_out`: batches measured but not judged (`outlying`), which count toward the caps."""
+    seconds = sum(_seconds(batch) for batch in [*runs, *left_out])
+    if len(runs) + len(left_out) >= precision.max_batches:
+        return f"cap: {len(runs) + len(left_out)} batches ({_rate_text(runs)})"
     if seconds >= precision.max_s:
         return f"cap: {seconds:.0f} s measured ({_rate_text(runs)})"
     if len(runs) < min_batches:
@@ -126,3 +128,25 @@ def degraded(values: Sequence[float], floor: float = 0.3, k: float = 4.0) -> boo
     centre = statistics.median(logs)
     sd = 1.4826 * statistics.median(abs(x - centre) for x in logs)
     return abs(math.log(last) - centre) > max(floor, k * sd)
+
+
+# At most this share of a run's batches is left out as departing from the others: more, and
+# the spread is the config's own (an engine that stalls now and then), which the trial must show.
+OUTLYING_SHARE = 0.25
+
+
+def outlying(values: Sequence[float], share: float = OUTLYING_SHARE) -> list[int]:
+    """The indices of `values` (a run's batch rates) that depart from the others as `degraded`
+    judges the last of a list, each against every other one not yet found, the first batches
+    included, until no more is found: the batches a hiccup of the host spoiled (on a shared
+    2-core host, freezes of 1-4 s that no stall of the tuner explains cut a batch to a fifth of
+    its rate). None when more than `share` of them depart: a config that degrades that often
+    is degraded."""
+    found: list[int] = []
+    while True:
+        rest = [i for i in range(len(values)) if i not in found]
+        more = [i for i in rest if degraded([*(values[j] for j in rest if j != i), values[i]])]
+        if not more:
+            break
+        found = sorted([*found, *more])
+    return found if len(found) <= share * len(values) else []

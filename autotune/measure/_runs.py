@@ -4,9 +4,12 @@ A plan runs once, `repeats` times, or level by level in a capacity search. A run
 if the tuner itself kept time through it: a stall of the tuner's own process (`StallWatch`)
 voids the run, which is kept on disk and made again on other prompts of the workload, up to
 `MAX_VOIDED` times; after that the host stalls in run after run, and the next run is kept
-with the stall it had (`Runner.stall_kept`): voiding it again would measure nothing better. Once
-the runs are over, the trial counts only if its engine lived through them and its failed
-requests are within the study's bound (`verdict_after`).
+with the stall it had (`Runner.stall_kept`): voiding it again would measure nothing better. A
+batch whose rate departs from the ones before it (`degraded`) is made again the same way; once
+the batches are over, each is judged against all the others (`outlying`), and those that depart
+leave the trial's metrics for voided/ (docs/metrics.md, "A degraded batch"). Once the runs are
+over, the trial counts only if its engine lived through them and its failed requests are
+within the study's bound (`verdict_after`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from autotune.bench import (
     Summary,
     degraded,
     find_capacity,
+    outlying,
     run_benchmark,
     sized,
     summarize,
@@ -164,14 +168,42 @@ class Runner:
             write_records(folder / layout.run_records(k), records)
             runs.append(records)
             rates.append(rate)
+            out = outlying(rates)
+            kept = [run for i, run in enumerate(runs) if i not in out]
             if plan.precision is None:
                 if len(runs) >= plan.repeats:
                     break
-            elif (ended := sized(runs, plan.slos, plan.precision, plan.repeats)) is not None:
+            elif (
+                ended := sized(
+                    kept, plan.slos, plan.precision, plan.repeats, [runs[i] for i in out]
+                )
+            ) is not None:
                 self.sized = ended
                 break
+        runs = self._leave_out(runs, rates, folder)
         by_rate = sorted(runs, key=lambda run: summarize(run, plan.slos).output_throughput)
         return PlanRuns(by_rate[(len(runs) - 1) // 2], None, runs, self.voided)
+
+    def _leave_out(
+        self, runs: list[list[RequestRecord]], rates: Sequence[float], folder: Path
+    ) -> list[list[RequestRecord]]:
+        """The batches the trial is judged on: all but those that depart from the others
+        (`outlying`, found once the batches are over, the first ones and those after the
+        remakes ran out included), which move to voided/ as degraded; runs/ is renumbered."""
+        out = outlying(rates)
+        if not out:
+            return runs
+        for i in out:
+            why = f"degraded: its rate {rates[i]:,.0f} departs from the run's other batches"
+            self.voided.append(
+                VoidedRun(records=self._keep_voided(runs[i], why), reason="degraded")
+            )
+        kept = [run for i, run in enumerate(runs) if i not in out]
+        for i in range(len(runs)):
+            (folder / layout.run_records(i)).unlink(missing_ok=True)
+        for i, run in enumerate(kept):
+            write_records(folder / layout.run_records(i), run)
+        return kept
 
     def _degraded(self) -> int:
         return sum(v.reason == "degraded" for v in self.voided)

@@ -90,6 +90,42 @@ def test_a_degraded_batch_is_voided_kept_and_made_again(
     assert drawn == [0, 1, 2, 3, 4, 5, 6]  # the remade batch draws prompts of its own
 
 
+def test_batches_a_hiccup_spoiled_leave_the_trials_metrics_the_first_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches cut to a fifth of their rate by a freeze of the host: the first (nothing before
+    it to judge it by) and one after the remakes ran out. Once the batches are over each is
+    judged against all the others: both leave the pooled metrics, move to voided/ and runs/
+    is renumbered; the cap counts every batch measured."""
+    from autotune.bench import RequestRecord
+    from autotune.measure import _runs
+
+    monkeypatch.setattr(_runs, "MAX_VOIDED", 0)  # no remake: only the end's judgement
+    steps = iter([0.1, 0.02, 0.021, 0.019, 0.02, 0.1, 0.02, 0.02, 0.021])
+
+    def scripted(url, model, warmup, requests, profile, **kwargs):  # type: ignore[no-untyped-def]
+        step = next(steps)
+        return [
+            RequestRecord(i, 0.0, step, tuple(step * (k + 1) for k in range(16)), 16 * step, 3, 16)
+            for i in range(len(requests))
+        ]
+
+    monkeypatch.setattr(_runs, "run_benchmark", scripted)
+    capped = Precision(throughput=1.0, slo=1.0, max_batches=8)  # 8 judged wanted: the cap
+    plan = Workplan([], requests(0), LoadProfile(concurrency=8), {}, precision=capped,
+                    repeats=8, rerun=requests)  # fmt: skip
+    runner = _runs.Runner("http://x", "tiny", plan, None, tmp_path, lambda: None)
+    done = runner.run_plan()
+    assert runner.sized is not None and runner.sized.startswith("cap: 8 batches")
+    assert len(done.runs) == 6  # 8 measured, 2 left out
+    assert sorted(p.name for p in (tmp_path / "runs").glob("*.jsonl")) == [
+        f"run-{k}.jsonl" for k in range(6)
+    ]
+    assert all(r.ttft <= 0.021 for run in done.runs for r in run)  # none of the slow ones
+    assert [v.reason for v in runner.voided] == ["degraded", "degraded"]
+    assert all((tmp_path / v.records).exists() for v in runner.voided)
+
+
 def test_a_host_that_stalls_run_after_run_keeps_the_third_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
