@@ -342,10 +342,15 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
 
 
 def percentile_warnings(spec: TuneSpec) -> list[str]:
-    """One line per SLO on a percentile that a run's requests are too few to measure
-    (`autotune.bench.thin_percentiles`; docs/metrics.md, Percentiles)."""
+    """One line per SLO on a percentile that a trial's requests are too few to measure
+    (`autotune.bench.thin_percentiles`; docs/metrics.md, Percentiles). A trial pools its
+    batches: sized runs (`precision`) go on until each SLO's percentile has its requests, so
+    only their cap of batches can leave it short; otherwise `repeats` batches."""
+    prompts = spec.workload.prompts
+    batches = spec.precision.max_batches if spec.precision is not None else spec.repeats
+    requests = None if prompts is None else prompts * batches
     lines = []
-    for thin in thin_percentiles([*spec.slos, *spec.relative_slos], spec.workload.prompts):
+    for thin in thin_percentiles([*spec.slos, *spec.relative_slos], requests):
         few = round(thin.above)
         rests = "about the largest of them" if few <= 1 else f"set by the largest {few} of them"
         lines.append(

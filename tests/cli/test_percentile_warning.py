@@ -14,8 +14,10 @@ Invoke = Callable[..., Result]
 TuneArgv = Callable[..., list]
 
 
-def spec(workload: str, **slos: float | str) -> TuneSpec:
-    return TuneSpec.model_validate({"study": "s", "model": "m", "workload": workload, "slos": slos})
+def spec(workload: str, precision: str | dict = "off", **slos: float | str) -> TuneSpec:
+    return TuneSpec.model_validate(
+        {"study": "s", "model": "m", "workload": workload, "slos": slos, "precision": precision}
+    )
 
 
 def test_one_line_per_percentile_slo_on_too_few_requests() -> None:
@@ -38,6 +40,21 @@ def test_one_line_per_percentile_slo_on_too_few_requests() -> None:
         "p99_tpot_ms over 64 requests is about the largest of them (0.6 samples above the p99); "
         "an SLO on it needs >= 1,000 requests to be stable (docs/metrics.md, Percentiles)",
     ]
+
+
+def test_a_sized_trial_counts_the_batches_it_may_pool() -> None:
+    # Sized runs (the default) go on until a p99 rests on 1,000 requests: 64 prompts a batch
+    # and 20 batches at most reach it, and the demo's p90s need 100; a cap of 5 does not.
+    assert percentile_warnings(spec("random:prompts=64", {}, p99_ttft_ms=500)) == []
+    assert percentile_warnings(spec("random:prompts=64", {}, p90_tpot_ms="baseline*1.2")) == []
+    assert percentile_warnings(spec("random:prompts=64", {"max_batches": 5}, p99_ttft_ms=5)) == [
+        "p99_ttft_ms over 320 requests is set by the largest 3 of them (3.2 samples above the "
+        "p99); an SLO on it needs >= 1,000 requests to be stable (docs/metrics.md, Percentiles)"
+    ]
+    # Without sizing, `repeats` batches are pooled.
+    repeated = TuneSpec.model_validate({"study": "s", "model": "m", "precision": "off",
+        "workload": "random:prompts=64", "repeats": 2, "slos": {"p90_ttft_ms": 5}})  # fmt: skip
+    assert percentile_warnings(repeated) == []
 
 
 def test_no_line_for_a_large_enough_or_unknown_workload() -> None:
