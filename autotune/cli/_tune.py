@@ -342,12 +342,12 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
 
 
 def percentile_warnings(spec: TuneSpec) -> list[str]:
-    """One line per SLO on a percentile that a trial's requests are too few to measure
-    (`autotune.bench.thin_percentiles`; docs/metrics.md, Percentiles). A trial pools its
-    batches: sized runs (`precision`) go on until each SLO's percentile has its requests, so
-    only their cap of batches can leave it short; otherwise `repeats` batches."""
-    prompts = spec.workload.prompts
-    batches = spec.precision.max_batches if spec.precision is not None else spec.repeats
+    """One line per SLO on a percentile that a trial's pooled requests are too few to
+    measure: a sized run's cap of batches, `repeats`, or a capacity level's one run
+    (`autotune.bench.thin_percentiles`; docs/metrics.md, Percentiles)."""
+    prompts, batches = spec.workload.prompts, spec.repeats if spec.capacity is None else 1
+    if spec.precision is not None:
+        batches = spec.precision.max_batches
     requests = None if prompts is None else prompts * batches
     lines = []
     for thin in thin_percentiles([*spec.slos, *spec.relative_slos], requests):
