@@ -22,8 +22,8 @@ measured: no correction.
   two-sided) times the standard error. Only an interval above 0 is a gain; the winner (what
   `export` deploys) is then the candidate, else the baseline, and the verdict says which in
   plain words ("no config measured better than your defaults; best candidate trial 4: -3% to
-  +5%"). Where the baseline itself misses an absolute SLO over the rounds, a qualified
-  candidate wins on that alone.
+  +5%"). Where the baseline itself misses an SLO over the rounds (absolute, or tighter than
+  its own value), a qualified candidate wins on that alone; its interval is then the price.
 - **The baseline is never confirmed alone**: with no other feasible config the step runs
   nothing and says so.
 
@@ -210,9 +210,16 @@ class Confirmer:
     ) -> Stopping:
         """The step after a round's look (`study/_sequential.py`): candidates whose gain's
         interval lies below 0 are dropped; the step ends when none is left, or when the best
-        candidate's interval is above 0 or within the smallest gain worth deploying."""
+        candidate's interval is above 0 or within the smallest gain worth deploying. Where
+        the defaults miss the SLOs over the rounds (a bound tighter than the baseline's own
+        value), a candidate's interval is the price of holding them: none is dropped, and
+        the step ends as soon as the best one's interval decides either way."""
         if base is None:
             return stop
+        state = evaluate(runs, numbers, direction, base, done, bounds, stop)
+        if not state["candidates"][str(base)]["holds"] and bounds.names:
+            decision = state["gain"].get("decision")
+            return replace(stop, ended=decision) if decision is not None else stop
         dropped = set(stop.dropped)
         for number in numbers:
             if number == base or number in dropped:

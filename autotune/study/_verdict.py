@@ -243,9 +243,12 @@ def _verdict(
         if mine.get("holds"):  # it held them where it ran, but failed to run in a round
             return best, f"trial {best}: your defaults did not run in every round{span}"
         missed = _missed(mine)
+        mean = paired.get("mean")
+        price = "" if mean is None else f"; its gain over them {mean:+.1%}"
         return (
             best,
-            f"trial {best}: your defaults miss {missed} over the rounds; it holds them{span}",
+            f"trial {best}: your defaults miss {missed} over the rounds; it holds them"
+            f"{price}{span}",
         )
     low, high = paired.get("low"), paired.get("high")
     if paired.get("decision") == "equivalent" and stopping is not None:  # before a gain

@@ -21,7 +21,7 @@ from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import Confirmer, Harness, StudyRunner
 from autotune.study._confirm import round_order
-from autotune.study._verdict import Bounds, ConfirmRun, evaluate, gain
+from autotune.study._verdict import Bounds, ConfirmRun, Stopping, evaluate, gain
 
 REQUESTS = 16
 
@@ -233,6 +233,27 @@ def test_a_candidate_wins_where_the_defaults_miss_an_absolute_slo() -> None:
     result = evaluate(runs, [1, 0], "maximize", 0, 3, bounds)
     assert result["winner"] == 1
     assert "your defaults miss p99_ttft_ms over the rounds" in result["gain"]["verdict"]
+
+
+def test_a_bound_tighter_than_the_defaults_makes_the_interval_the_price_of_holding_it() -> None:
+    # `--slo p99_ttft_ms=baseline*0.8`: the defaults miss it by construction. A candidate that
+    # halves the latency serves 30% less: it is not dropped as worse, the step ends once the
+    # interval decides, and the verdict says what holding the bound costs.
+    tight = Bounds(relative={"p99_ttft_ms": 0.8})
+    runs = runs_of({1: [70, 71, 69], 0: [100, 101, 99]}, {1: [50] * 3, 0: [100] * 3})
+    stop = Confirmer._looked(runs, [1, 0], "maximize", 0, 3, tight, Stopping(4))
+    assert stop.dropped == frozenset() and stop.ended == "worse"
+    result = evaluate(runs, [1, 0], "maximize", 0, 3, tight, stop)
+    assert result["winner"] == 1
+    assert result["gain"]["verdict"].startswith(
+        "trial 1: your defaults miss p99_ttft_ms over the rounds; it holds them; its gain over "
+        "them -30.0%: -3"
+    )
+    # With a bound the defaults hold, the same candidate is worse: dropped, the defaults kept.
+    loose = Bounds(relative={"p99_ttft_ms": 1.2})
+    stop = Confirmer._looked(runs, [1, 0], "maximize", 0, 3, loose, Stopping(4))
+    assert stop.dropped == {1} and stop.ended == "worse"
+    assert evaluate(runs, [1, 0], "maximize", 0, 3, loose, stop)["winner"] == 0
 
 
 def test_defaults_that_failed_a_round_are_not_said_to_miss_an_slo() -> None:
