@@ -239,7 +239,7 @@ def test_a_bound_tighter_than_the_defaults_makes_the_interval_the_price_of_holdi
     # `--slo p99_ttft_ms=baseline*0.8`: the defaults miss it by construction. A candidate that
     # halves the latency serves 30% less: it is not dropped as worse, the step ends once the
     # interval decides, and the verdict says what holding the bound costs.
-    tight = Bounds(relative={"p99_ttft_ms": 0.8})
+    tight = Bounds((Slo("p99_ttft_ms", factor=0.8),))
     runs = runs_of({1: [70, 71, 69], 0: [100, 101, 99]}, {1: [50] * 3, 0: [100] * 3})
     stop = Confirmer._looked(runs, [1, 0], "maximize", 0, 3, tight, Stopping(4))
     assert stop.dropped == frozenset() and stop.ended == "worse"
@@ -250,7 +250,7 @@ def test_a_bound_tighter_than_the_defaults_makes_the_interval_the_price_of_holdi
         "them -30.0%: -3"
     )
     # With a bound the defaults hold, the same candidate is worse: dropped, the defaults kept.
-    loose = Bounds(relative={"p99_ttft_ms": 1.2})
+    loose = Bounds((Slo("p99_ttft_ms", factor=1.2),))
     stop = Confirmer._looked(runs, [1, 0], "maximize", 0, 3, loose, Stopping(4))
     assert stop.dropped == {1} and stop.ended == "worse"
     assert evaluate(runs, [1, 0], "maximize", 0, 3, loose, stop)["winner"] == 0
