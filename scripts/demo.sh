@@ -3,19 +3,23 @@
 # confirm step (the best config and the baseline re-measured in alternating rounds), then the
 # Pareto table and the exported `vllm serve --config` YAML.
 #
-# The SLOs are relative to what the baseline (vLLM's defaults) measures on this host: "more
-# throughput, with p90 TTFT and TPOT at most 20% worse than the defaults". A fixed bound such
-# as 2,000 ms holds on one host and fails on a slower one; this one holds on any host. They are
-# p90s: each trial's batches go on until its p90s rest on 100 requests or more (a p99 needs
-# 1,000: minutes a trial on 2 cores), and so are the latencies it trades against throughput. Each trial's rate is measured to +-10% within 40 s of
-# batches, and the confirm step re-measures the best config and the defaults in at most 4
-# rounds, stopping as soon as its sequential interval decides. If no config meets the SLOs
-# (exit 3), the closest one is exported, marked INFEASIBLE in its header.
+# The question it answers is one a production user asks: at 32 requests in flight, which
+# configuration streams tokens at least 20% faster than vLLM's defaults (p90 TPOT at most 0.8x
+# the baseline's), with a first token at most 3x later (p90 TTFT), at the most output
+# throughput, and what does that cost against the defaults? The defaults miss that TPOT bound
+# by construction, so there is something to decide on any host: a config that holds it, and
+# its price as an interval, or "no config met the SLOs" (exit 3: the closest one is exported,
+# marked INFEASIBLE in its header). The bounds are relative to what the baseline measures on
+# this host, so they hold on a slow host as on a fast one. They are p90s: each trial's batches
+# go on until its p90s rest on 100 requests or more (a p99 needs 1,000: minutes a trial on 2
+# cores), and its rate is measured to +-10% within 40 s of batches; the confirm step
+# re-measures the best config beside the defaults in at most 4 rounds, stopping as soon as its
+# sequential interval decides.
 #
 # Every setting can be changed from the environment (the tests run this script on the fake
 # engine with a slow step, and on the real engine with a smaller workload):
 #   STUDY TRIALS CONFIRM ROUNDS MODEL ROOT SPACE WORKLOAD CONCURRENCY SEED ENGINE_COMMAND AUTOTUNE
-#   PRECISION
+#   PRECISION SLOS (space-separated --slo values)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
@@ -30,13 +34,14 @@ EXTRA=()
 if [ -n "${ENGINE_COMMAND:-}" ]; then EXTRA+=(--engine-command "$ENGINE_COMMAND"); fi
 if [ -n "${SEED:-}" ]; then EXTRA+=(--seed "$SEED"); fi
 EXTRA+=(--precision "${PRECISION:-throughput=0.1,max_s=40}")
+read -ra SLO_LIST <<< "${SLOS:-p90_tpot_ms=baseline*0.8 p90_ttft_ms=baseline*3}"
+for slo in "${SLO_LIST[@]}"; do EXTRA+=(--slo "$slo"); done
 
 [ -f "$MODEL/config.json" ] || "${AT[@]}" make-tiny-model "$MODEL"
 rc=0
 "${AT[@]}" tune --model "$MODEL" --space "$SPACE" --root "$ROOT" \
     --workload "$WORKLOAD" --concurrency "${CONCURRENCY:-32}" \
     --objective output_throughput:max --objective p90_ttft_ms:min --objective p90_tpot_ms:min \
-    --slo 'p90_ttft_ms=baseline*1.2' --slo 'p90_tpot_ms=baseline*1.2' \
     --trials "$TRIALS" --study "$STUDY" --confirm "${CONFIRM:-1}" --confirm-rounds "${ROUNDS:-4}" \
     "${EXTRA[@]}" || rc=$?
 ALLOW=()

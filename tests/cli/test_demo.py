@@ -54,8 +54,9 @@ def test_the_demo_ends_in_a_yaml_on_a_slow_host(tmp_path: Path, tiny_model: Path
     base = next(t for t in trials if t.role == "baseline")
     assert base.metric("p99_ttft_ms") > 2000  # the old fixed SLO: nothing could meet it
     attrs = store.study_attrs("demo")
-    for name in ("p90_ttft_ms", "p90_tpot_ms"):
-        assert attrs["slos"][name] == 1.2 * base.metric(name)
+    # The demo's question: a TPOT the defaults miss (0.8x theirs), a TTFT at most 3x theirs.
+    assert attrs["slos"]["p90_tpot_ms"] == 0.8 * base.metric("p90_tpot_ms")
+    assert attrs["slos"]["p90_ttft_ms"] == 3 * base.metric("p90_ttft_ms")
     assert "Pareto front" in out.stdout and "(baseline " in out.stdout
     assert "p90 TTFT" in out.stdout and "p99 TTFT" not in out.stdout.split("Pareto front")[0]
     # The front once (tune's), its latencies at the percentile the SLOs judge.
@@ -72,22 +73,15 @@ def test_the_demo_exports_the_closest_config_when_nothing_is_feasible(
 ) -> None:
     """An SLO no config can meet (a tenth of the baseline's TTFT): exit 3 from `tune` is
     answered with the closest config, exported and marked INFEASIBLE; the script succeeds."""
-    script = (REPO / "scripts" / "demo.sh").read_text()
-    strict = tmp_path / "demo.sh"
-    strict.write_text(
-        script.replace("p90_ttft_ms=baseline*1.2", "p90_ttft_ms=baseline*0.1").replace(
-            'cd "$(dirname "$0")/.."', f"cd {REPO}"
-        )
-    )
     out = subprocess.run(
-        ["bash", str(strict)],
+        ["bash", str(REPO / "scripts" / "demo.sh")],
         capture_output=True, text=True, timeout=600, cwd=REPO,
         env={
             **os.environ, "AUTOTUNE": f"{sys.executable} -m autotune", "MODEL": str(tiny_model),
             "ROOT": str(tmp_path / "studies"), "SPACE": "cpu-quick", "TRIALS": "2",
             "ENGINE_COMMAND": f"{{python}} {FAKE}", "CONCURRENCY": "8",
             "WORKLOAD": "random:input=32,output=4,prompts=8,warmup=0",
-            "FAKE_ENGINE_STARTUP_S": "0.1",
+            "FAKE_ENGINE_STARTUP_S": "0.1", "SLOS": "p90_ttft_ms=baseline*0.1",
         },
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -43,6 +43,10 @@ def study_root(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Pa
             # One batch a trial: the suite's time; the sized runs' real-engine proof is
             # tests/e2e/test_real_sized.py.
             "PRECISION": "off",
+            # SLOs the defaults hold (the demo's own ask for a TPOT the defaults miss, and 4
+            # trials of a small space may find none): the tests that read this study read a
+            # front of feasible configs.
+            "SLOS": "p90_ttft_ms=baseline*1.2 p90_tpot_ms=baseline*1.2",
         }
         argv = ["bash", str(REPO / "scripts" / "demo.sh")]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=1200, cwd=REPO, env=env)
