@@ -22,6 +22,7 @@ from autotune.selection import (
     ModelErrors,
     SelectionError,
     closest,
+    judged_percentile,
     margin,
     miss_text,
     misses,
@@ -139,7 +140,7 @@ def default_choice(records: Sequence[TrialRecord], facts: StudyFacts) -> TrialRe
 
 def header_lines(study: str, trial: TrialRecord, facts: StudyFacts, how: str) -> list[str]:
     """The comment header: where the config comes from and what it measured."""
-    m = trial.metric
+    m, q = trial.metric, judged_percentile(facts)
     host = facts.host or {}
     vllm = trial.engine.vllm_version or ", ".join(
         f"{k} {v}" for k, v in (host.get("vllm") or {}).items()
@@ -150,12 +151,12 @@ def header_lines(study: str, trial: TrialRecord, facts: StudyFacts, how: str) ->
         "BASELINE: vLLM's defaults as the study ran them" if trial.role == "baseline" else "",
         f"vLLM's batch defaults here: {facts.baseline_defaults}" if facts.baseline_defaults else "",
         f"measured: {m('output_throughput'):,.0f} output tok/s, {m('request_throughput'):.2f} req/s"
-        f", TTFT p50/p99 {m('p50_ttft_ms'):.1f}/{m('p99_ttft_ms'):.1f} ms"
-        f", TPOT p50/p99 {m('p50_tpot_ms'):.2f}/{m('p99_tpot_ms'):.2f} ms"
+        f", TTFT p50/{q} {m('p50_ttft_ms'):.1f}/{m(f'{q}_ttft_ms'):.1f} ms"
+        f", TPOT p50/{q} {m('p50_tpot_ms'):.2f}/{m(f'{q}_tpot_ms'):.2f} ms"
         if trial.measured
         else f"not measured: {trial.status} {trial.reason}".rstrip(),
         _runs_line(trial),
-        _intervals_line(trial),
+        _intervals_line(trial, q),
         _agreement_line(trial),
         _confirmed_line(trial, facts),
         f"INFEASIBLE: it misses {miss_text(trial)}" if trial.measured and misses(trial) else "",
@@ -173,15 +174,15 @@ def _runs_line(trial: TrialRecord) -> str:
     return f"values: the mean of {trial.runs} runs of this config, as measured"
 
 
-def _intervals_line(trial: TrialRecord) -> str:
-    """How precisely the run measured the figures above (their 90% intervals), and what ended
-    its batches."""
+def _intervals_line(trial: TrialRecord, q: str) -> str:
+    """How precisely the run measured the figures above (their 90% intervals; latencies at the
+    percentile `q` the study judges), and what ended its batches."""
     shown = [
         (name, label, fmt)
         for name, label, fmt in (
             ("output_throughput", "output tok/s", ",.0f"),
-            ("p99_ttft_ms", "p99 TTFT", ".1f"),
-            ("p99_tpot_ms", "p99 TPOT", ".2f"),
+            (f"{q}_ttft_ms", f"{q} TTFT", ".1f"),
+            (f"{q}_tpot_ms", f"{q} TPOT", ".2f"),
         )
         if name in trial.intervals
     ]

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from autotune.drift import Noise, config_key
 from autotune.numbers import readable
-from autotune.slo import AGREEMENT, ERROR_RATE, FAILED, NOT_SLOS, OOM
+from autotune.slo import AGREEMENT, ERROR_RATE, FAILED, NOT_SLOS, OOM, percentile_of
 from autotune.spec import DEFAULT_OBJECTIVES
 from autotune.store import StudyFacts, TrialRecord
 
@@ -51,6 +51,14 @@ class InfeasibleError(SelectionError):
 def study_objectives(facts: StudyFacts) -> list[tuple[str, str]]:
     """A stored study's (metric, direction) objectives; the defaults if it names none."""
     return [(o.metric, o.direction) for o in facts.objectives] or list(DEFAULT_OBJECTIVES)
+
+
+def judged_percentile(facts: StudyFacts) -> str:
+    """The latency percentile the study judges: its SLOs', else its objectives' (p50, p90 or
+    p99), p99 where neither names one. Tables, progress lines and export's header show TTFT
+    and TPOT at it."""
+    named = [*(s.metric for s in facts.all_slos), *(m for m, _ in study_objectives(facts))]
+    return next((q for m in named if (q := percentile_of(m)) is not None), "p99")
 
 
 def dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:

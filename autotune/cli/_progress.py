@@ -8,8 +8,8 @@ from collections.abc import Callable
 from rich.console import Console
 
 from autotune.bench import Summary
-from autotune.cli._render import judged_percentile, voided_text
-from autotune.selection import pareto_front, study_objectives
+from autotune.cli._render import voided_text
+from autotune.selection import judged_percentile, pareto_front, study_objectives
 from autotune.status import TrialStatus
 from autotune.store import StudyFacts, study_records
 from autotune.study import (

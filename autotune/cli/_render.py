@@ -22,12 +22,13 @@ from autotune.selection import (
     baseline,
     closest,
     confirm_slo_text,
+    judged_percentile,
     miss_text,
     misses,
     pareto_front,
     study_objectives,
 )
-from autotune.slo import percentile_of, slo_text
+from autotune.slo import slo_text
 from autotune.status import PREDICTED_STATUSES
 from autotune.store import StudyFacts, TrialFacts, TrialRecord
 from autotune.study import (
@@ -48,13 +49,6 @@ def _pair(t: TrialRecord, latency: str, fmt: str, q: str) -> str:
     """`p50 / q`, the `q` percentile with its 90% interval (`126.1 / 261.9 240.0-290.0`)."""
     p50 = format(t.metric(f"p50_{latency}_ms"), fmt)
     return f"{p50} / {_with_spread(t, f'{q}_{latency}_ms', fmt)}"
-
-
-def judged_percentile(facts: StudyFacts) -> str:
-    """The latency percentile the study judges: its SLOs', else its objectives' (p50, p90 or
-    p99), p99 where neither names one. Tables and progress lines show TTFT and TPOT at it."""
-    named = [*(s.metric for s in facts.all_slos), *(m for m, _ in study_objectives(facts))]
-    return next((q for m in named if (q := percentile_of(m)) is not None), "p99")
 
 
 def print_confirm(console: Console, facts: StudyFacts) -> None:
