@@ -3,7 +3,7 @@ two parameters (or names, env variables) driving one option; `only_if` naming ot
 parameters by values they can take, without a cycle; nothing both fixed and tuned; known vLLM
 options (with the nearest spelling offered); a variant's choices named in `variants`, whose
 options are neither tuned nor fixed; option ranges vLLM accepts. Each check returns `(path,
-message)` issues for the whole space; `WholeSpace` raises the first with a count of the
+message)` issues for the whole space; `SearchSpace` raises the first with a count of the
 rest."""
 
 from __future__ import annotations
