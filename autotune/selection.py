@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from autotune.drift import Noise, config_key
 from autotune.numbers import readable
+from autotune.objectives import DEFAULT_OBJECTIVES
 from autotune.slo import AGREEMENT, ERROR_RATE, FAILED, NOT_SLOS, OOM, percentile_of
-from autotune.spec import DEFAULT_OBJECTIVES
 from autotune.store import StudyFacts, TrialRecord
 
 Pick = Literal["max-throughput", "min-ttft", "min-tpot", "knee"]

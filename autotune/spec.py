@@ -43,46 +43,17 @@ from autotune.limits import (
     Price,
     Seed,
 )
+from autotune.objectives import (
+    CAPACITY_OBJECTIVES,
+    DEFAULT_OBJECTIVES,
+    OFFLINE_OBJECTIVES,
+    Objective,
+)
 from autotune.spec_engine import EngineSpec
 from autotune.spec_errors import SpecError, describe_spec_error
 from autotune.spec_file import OFFLINE_ENGINE_COMMAND, path_field_problem, read_spec_file
 from autotune.spec_flags import parse_relative
 from autotune.store import default_storage_url
-
-Direction = Literal["maximize", "minimize"]
-
-DEFAULT_OBJECTIVES: tuple[tuple[str, Direction], ...] = (
-    ("output_throughput", "maximize"),
-    ("p99_ttft_ms", "minimize"),
-    ("p99_tpot_ms", "minimize"),
-)
-
-
-# Offline (one `vllm.LLM.generate` batch): tokens per second; add `peak_memory_gib:min` to
-# trade speed against memory.
-OFFLINE_OBJECTIVES: tuple[tuple[str, Direction], ...] = (("output_throughput", "maximize"),)
-
-# With a capacity search: the load a config sustains, and the latencies at that load.
-CAPACITY_OBJECTIVES: tuple[tuple[str, Direction], ...] = (
-    ("capacity_rps", "maximize"),
-    ("p99_ttft_ms", "minimize"),
-    ("p99_tpot_ms", "minimize"),
-)
-
-
-class Objective(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    metric: str = Field(description="A metric name from docs/metrics.md")
-    direction: Direction
-
-    @field_validator("metric")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in METRIC_NAMES:
-            raise ValueError(f"unknown metric {value!r}; known: {', '.join(METRIC_NAMES)}")
-        return value
-
 
 # Removed settings a stored study may still name (the speed probe, removed in stop 30: on the
 # real engine it added noise; autotune.drift says what replaced it).

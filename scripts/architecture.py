@@ -96,6 +96,7 @@ LAYERS: tuple[Layer, ...] = (
             "autotune.host",
             "autotune.numbers",
             "autotune.slo",
+            "autotune.objectives",
         ),
         (*_LOOP, "autotune.measure", "autotune.dashboard", "autotune.export"),
         "engine, load client, store, devices, search space, spec and vocabularies",

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from autotune.bench import Summary
+from autotune.objectives import Objective
 from autotune.slo import AGREEMENT, ERROR_RATE, FAILED, OOM, excess
-from autotune.spec import Objective
 from autotune.status import OOM_STATUSES
 
 # Worst-case values for trials that produced no measurement (finite, so that every sampler and

@@ -19,9 +19,10 @@ import logging
 import optuna
 
 from autotune.limits import MAX_SEED
+from autotune.objectives import Objective
 from autotune.search._design import LatinStart
 from autotune.search._told import ToldSampler
-from autotune.spec import Objective, TuneSpec
+from autotune.spec import TuneSpec
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ import yaml
 from support import one_error_line
 
 from autotune.engine import DEFAULT_COMMAND
-from autotune.spec import OFFLINE_OBJECTIVES, SpecError, load_spec
+from autotune.objectives import OFFLINE_OBJECTIVES
+from autotune.spec import SpecError, load_spec
 from autotune.store import StudyStore
 
 FAKE_OFFLINE = Path(__file__).resolve().parents[1] / "fake_offline.py"

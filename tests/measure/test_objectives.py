@@ -17,7 +17,7 @@ from autotune.measure import (
     constraint_values,
     objective_values,
 )
-from autotune.spec import Objective
+from autotune.objectives import Objective
 
 OBJECTIVES = [
     Objective(metric="output_throughput", direction="maximize"),
