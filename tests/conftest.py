@@ -27,6 +27,11 @@ FAKE_ENGINE = REPO / "tests" / "fake_engine.py"
 # handler is reset to the default on exec, so their processes take SIGINT as a user's would.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# Under `nohup` SIGHUP is ignored the same way, and the engine leaders a test starts itself (not
+# through the launcher, which sets it back) would inherit that: the test that sends them SIGHUP
+# across their start-up then waited 120 s on each one that ignored it.
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

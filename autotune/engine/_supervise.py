@@ -172,6 +172,7 @@ def _wait_released(settings: TeardownSettings, pids: list[int], before: dict[str
 
 
 _PR_SET_PDEATHSIG = 1
+_SIG_DFL = 0  # signal(2)'s SIG_DFL
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
 
@@ -181,8 +182,15 @@ def _stop_with_parent() -> None:  # pragma: no cover - runs in the child between
 
     Linux sends it when the *thread* that started the engine exits: start an engine from a
     thread that lives at least as long as the engine (the launcher's caller does).
+
+    SIGHUP is also set back to its default action: a tuner run under `nohup` has it ignored,
+    the leader would inherit that until its handler is set, and a SIGHUP in that moment was
+    lost (the leader then ran its server on; the tuner's death is still seen by its parent
+    pid changing, the SIGHUP of a test or an operator is not). With the default, a SIGHUP
+    before the handler ends the leader before it has started anything.
     """
     if _LIBC is not None:
+        _LIBC.signal(signal.SIGHUP, _SIG_DFL)
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
 
 

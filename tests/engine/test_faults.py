@@ -245,6 +245,25 @@ def test_a_tuner_killed_while_the_leader_starts_the_server_leaves_nothing(tmp_pa
     assert survivors == []
 
 
+def test_a_leader_takes_sighup_by_default_though_its_tuner_runs_under_nohup() -> None:
+    # A tuner under `nohup` ignores SIGHUP, and its children inherit that until they set a
+    # handler: a SIGHUP to the leader in that moment was lost. The launcher's pre-exec step
+    # sets it back to the default (and asks for it on the tuner's death).
+    script = (
+        "import signal, subprocess, sys\n"
+        "from autotune.engine._supervise import _stop_with_parent\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+        "show = 'import signal; print(signal.getsignal(signal.SIGHUP).name)'\n"
+        "child = [sys.executable, '-c', show]\n"
+        "print(subprocess.run(child, capture_output=True, text=True).stdout.strip())\n"
+        "print(subprocess.run(child, capture_output=True, text=True,\n"
+        "                     preexec_fn=_stop_with_parent).stdout.strip())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.stdout.split() == ["SIG_IGN", "SIG_DFL"], out.stderr
+
+
 def test_the_leader_starts_nothing_for_a_tuner_already_gone() -> None:
     leader = subprocess.run(
         [sys.executable, str(LEADER), "1", "bash", "-c", "echo started"],  # pid 1: not its parent
