@@ -91,7 +91,17 @@ def choose_export(
     chosen = pick(records, study_objectives(facts), rule or "", number, measured, relative, errors)
     if how.startswith("pick "):
         how += margin_text(chosen, measured, relative, errors)
-    return chosen, how
+    return chosen, how + _confirm_missed(chosen, facts)
+
+
+def _confirm_missed(chosen: TrialRecord, facts: StudyFacts) -> str:
+    """Where the confirm step re-measured `chosen` and found it missing the SLOs over its
+    rounds, that (the search's runs had it feasible); empty otherwise."""
+    confirm = facts.confirm or {}
+    mine = (confirm.get("candidates") or {}).get(str(chosen.number))
+    if "finished" not in confirm or not isinstance(mine, dict) or mine.get("holds", True):
+        return ""
+    return "; BUT the confirm step measured it missing the SLOs over its rounds"
 
 
 def slo_noise(records: Sequence[TrialRecord]) -> dict[str, Noise]:
@@ -222,7 +232,7 @@ def _confirmed_line(trial: TrialRecord, facts: StudyFacts) -> str:
         f"confirmed: {metric} median {readable(mine['median'])} "
         f"±{readable(mine.get('spread') or 0.0)} over {rounds} alternating rounds"
     )
-    if confirm.get("winner") == trial.number:
+    if confirm.get("winner") in (trial.number, None):  # its verdict, or why none won
         line += f"; verdict: {verdict}"
     return line
 

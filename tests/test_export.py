@@ -14,7 +14,13 @@ import pytest
 import yaml
 
 from autotune.engine import EngineConfig, config_file_mapping, to_yaml_dict
-from autotune.export import control_characters, export_trial, one_line, render_export
+from autotune.export import (
+    choose_export,
+    control_characters,
+    export_trial,
+    one_line,
+    render_export,
+)
 from autotune.host import serve_command
 from autotune.space import load_space
 from autotune.store import StudyFacts, TrialRecord
@@ -99,6 +105,26 @@ def test_header_shows_latencies_at_the_percentile_the_study_judges(tmp_path: Pat
     assert "TTFT p50/p90 10.0/30.0 ms" in text and "TPOT p50/p90 4.00/5.50 ms" in text
     assert "90% intervals of this run: p90 TPOT 5.00-6.10" in text
     assert "p99" not in text
+
+
+def test_a_pick_the_confirm_step_measured_missing_the_slos_says_so(tmp_path: Path) -> None:
+    # The confirm step crowned none: its one candidate, feasible in the search, missed the SLOs
+    # over its rounds. Export falls back to the front's pick and says both.
+    confirm = {
+        "finished": "2026-12-06T19:10:00+0000", "winner": None, "metric": "output_throughput",
+        "rounds": 4, "gain": {"verdict": "no winner: no candidate held the SLOs over the rounds"},
+        "candidates": {"3": {"median": 4000.0, "spread": 100.0, "holds": False}},
+    }  # fmt: skip
+    facts = StudyFacts.read({**STORED, "objectives": [], "confirm": confirm})
+    chosen, how = choose_export([trial()], facts)
+    assert chosen.number == 3
+    assert how.endswith("; BUT the confirm step measured it missing the SLOs over its rounds")
+    export_trial("s1", chosen, facts, tmp_path / "best.yaml", how)
+    text = "\n".join(header(tmp_path / "best.yaml"))
+    assert "verdict: no winner: no candidate held the SLOs over the rounds" in text
+    held = {**confirm, "candidates": {"3": {"median": 4000.0, "spread": 100.0, "holds": True}}}
+    _, how = choose_export([trial()], StudyFacts.read({**STORED, "confirm": held}))
+    assert "BUT" not in how
 
 
 def test_vllm_version_falls_back_to_the_host(tmp_path: Path) -> None:
