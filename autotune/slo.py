@@ -120,6 +120,6 @@ def slo_text(slos: Iterable[Slo]) -> str:
 
 def excess(measured: float, bound: float) -> float:
     """An SLO's constraint value: `measured / bound - 1` (<= 0: held; 1 where not measured)."""
-    if measured != measured:
+    if math.isnan(measured):
         return 1.0
     return measured / bound - 1.0 if bound else 0.0

@@ -180,17 +180,21 @@ class Runner:
             ) is not None:
                 self.sized = ended
                 break
-        runs = self._leave_out(runs, rates, folder)
+        runs = self._leave_out(runs, rates, out, folder)
         by_rate = sorted(runs, key=lambda run: summarize(run, plan.slos).output_throughput)
         return PlanRuns(by_rate[(len(runs) - 1) // 2], None, runs, self.voided)
 
     def _leave_out(
-        self, runs: list[list[RequestRecord]], rates: Sequence[float], folder: Path
+        self,
+        runs: list[list[RequestRecord]],
+        rates: Sequence[float],
+        out: Sequence[int],
+        folder: Path,
     ) -> list[list[RequestRecord]]:
         """The batches the trial is judged on: all but those that depart from the others
         (`outlying`, found once the batches are over, the first ones and those after the
-        remakes ran out included), which move to voided/ as degraded; runs/ is renumbered."""
-        out = outlying(rates)
+        remakes ran out included), which move to voided/ as degraded; runs/ is renumbered.
+        `out`: their indices, as the last batch's judgement found them."""
         if not out:
             return runs
         for i in out:

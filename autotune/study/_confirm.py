@@ -227,10 +227,11 @@ class Confirmer:
             seen = look(paired_gains(runs, number, base, direction), stop.max_rounds, stop.smallest)
             if seen is not None and seen.decision == "worse":
                 dropped.add(number)
-        stop = replace(stop, dropped=frozenset(dropped))
         if all(n in dropped for n in numbers if n != base):
-            return replace(stop, ended="worse")
-        state = evaluate(runs, numbers, direction, base, done, bounds, stop)
+            return replace(stop, dropped=frozenset(dropped), ended="worse")
+        if dropped != stop.dropped:  # the best candidate may have changed: look again
+            stop = replace(stop, dropped=frozenset(dropped))
+            state = evaluate(runs, numbers, direction, base, done, bounds, stop)
         decision = state["gain"].get("decision")
         return replace(stop, ended=decision) if decision in ("gain", "equivalent") else stop
 
