@@ -18,10 +18,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from autotune.answer.selection import baseline, pick, study_objectives
 from autotune.bench import LoadProfile, build_requests, parse_workload
 from autotune.engine import LaunchSettings, from_yaml_dict
 from autotune.measure import Workplan, measure
-from autotune.selection import baseline, pick, study_objectives
 from autotune.store import StudyFacts, StudyStore, TrialRecord, default_storage_url
 
 METRICS = ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms")

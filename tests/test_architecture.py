@@ -299,8 +299,11 @@ def layer_breaches(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_a_layer_breach_is_found() -> None:
-    graph = {"autotune.export": {"autotune.study._runner"}, "autotune.cli._x": {"autotune.study"}}
-    assert layer_breaches(graph) == ["autotune.export -> autotune.study._runner"]
+    graph = {
+        "autotune.answer.export": {"autotune.study._runner"},
+        "autotune.cli._x": {"autotune.study"},
+    }
+    assert layer_breaches(graph) == ["autotune.answer.export -> autotune.study._runner"]
 
 
 def test_only_the_study_searches() -> None:
@@ -390,10 +393,10 @@ def test_one_module_reads_the_study_attributes() -> None:
     )
 
 
-# One SLO type, `autotune.slo.Slo` (metric, bound or factor of the baseline, how it is judged,
+# One SLO type, `autotune.vocab.slo.Slo` (metric, bound or factor of the baseline, how it is judged,
 # its text): no other module defines an SLO class, names the constraints that are no SLO's,
 # or words a relative bound.
-SLO_OWNER = "autotune.slo"
+SLO_OWNER = "autotune.vocab.slo"
 SLO_SHAPES = re.compile(
     r"^class \w*Slos?\b|^(?:NOT_SLOS|FAILED|OOM|ERROR_RATE|AGREEMENT)\b\s*[:=]|<= baseline x",
     re.MULTILINE,
@@ -415,7 +418,7 @@ def test_a_second_slo_shape_is_found(tmp_path: Path) -> None:
         tmp_path,
         {
             "autotune/__init__.py": "",
-            "autotune/slo.py": "class Slo:\n    pass\nFAILED = 'failed'\n",
+            "autotune/vocab/slo.py": "class Slo:\n    pass\nFAILED = 'failed'\n",
             "autotune/a.py": "class TrialSlo:\n    pass\n",
             "autotune/b.py": "NOT_SLOS = ('failed', 'oom')\n",
             "autotune/c.py": "text = f'{name} <= baseline x {factor:g}'\n",
@@ -429,7 +432,7 @@ def test_a_second_slo_shape_is_found(tmp_path: Path) -> None:
 def test_one_slo_type() -> None:
     found = slo_shapes(ROOT)
     assert not found, (
-        f"an SLO's type, constraint names or text outside {SLO_OWNER} (use autotune.slo):\n"
+        f"an SLO's type, constraint names or text outside {SLO_OWNER} (use autotune.vocab.slo):\n"
         + "\n".join(found)
     )
 

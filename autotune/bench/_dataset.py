@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.bench._workload import RequestSpec, WorkloadError
-from autotune.limits import MAX_TOKENS
-from autotune.userfiles import MIB, UserFileError, read_user_text
+from autotune.inputs.limits import MAX_TOKENS
+from autotune.inputs.userfiles import MIB, UserFileError, read_user_text
 
 # The largest public prompt sets fit (ShareGPT V3's JSON list); a larger file would be held in
 # memory several times over as it is parsed.

@@ -7,7 +7,7 @@ import random
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from autotune.limits import MAX_RATE, Requests, Seconds, Seed
+from autotune.inputs.limits import MAX_RATE, Requests, Seconds, Seed
 
 
 class LoadProfile(BaseModel):

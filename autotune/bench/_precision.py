@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotune.bench._intervals import quantile_interval, rate_batches, relative_halfwidth
 from autotune.bench._percentiles import min_requests, slo_percentile
 from autotune.bench._records import RequestRecord
-from autotune.limits import MAX_REPEATS, Seconds
+from autotune.inputs.limits import MAX_REPEATS, Seconds
 
 _LATENCY = {
     "ttft": lambda r: r.ttft,

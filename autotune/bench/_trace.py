@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.bench._workload import WorkloadError
-from autotune.limits import MAX_TOKENS
-from autotune.userfiles import MIB, UserFileError, read_user_text
+from autotune.inputs.limits import MAX_TOKENS
+from autotune.inputs.userfiles import MIB, UserFileError, read_user_text
 
 # A trace is read whole (public ones are a few MiB to a few hundred); a larger file is not one.
 TRACE_LIMIT = 768 * MIB

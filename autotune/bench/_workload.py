@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from autotune.limits import MAX_WORKLOAD_TOKENS, Factor, Requests, Seed, Tokens, Warmup
-from autotune.wording import did_you_mean, plain_message
+from autotune.inputs.limits import MAX_WORKLOAD_TOKENS, Factor, Requests, Seed, Tokens, Warmup
+from autotune.inputs.wording import did_you_mean, plain_message
 
 
 class WorkloadError(ValueError):

@@ -22,7 +22,7 @@ from autotune.cli._studies import studies
 from autotune.cli._tune import confirm, tune, worker
 from autotune.cli._usage import run
 from autotune.cli._version import print_version
-from autotune.limits import MAX_SEED
+from autotune.inputs.limits import MAX_SEED
 
 app = typer.Typer(
     name="autotune",
@@ -86,9 +86,9 @@ def make_tiny_model(
 ) -> None:
     """Write a tiny random-weight model (+ tokenizer) for the demo and the tests: a Llama, a
     mixture of experts, or an AWQ-quantized Llama; one seed, one tokenizer."""
-    from autotune.tinymodel import ModelFolderError
-    from autotune.tinymodel import make_tiny_model as make
-    from autotune.tinyquant import quantize_awq
+    from autotune.tiny.model import ModelFolderError
+    from autotune.tiny.model import make_tiny_model as make
+    from autotune.tiny.quant import quantize_awq
 
     with cli_errors():
         check_bounded("--seed", seed, 0, MAX_SEED)

@@ -40,9 +40,9 @@ from autotune.cli._common import (
     err_console,
     parse_load_client,
 )
-from autotune.limits import MAX_RATE, MAX_REQUESTS
-from autotune.spec_flags import parse_pairs
-from autotune.wording import did_you_mean
+from autotune.inputs.limits import MAX_RATE, MAX_REQUESTS
+from autotune.inputs.wording import did_you_mean
+from autotune.spec import parse_pairs
 
 
 def bench(

@@ -14,12 +14,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from autotune.answer.selection import InfeasibleError, SelectionError
 from autotune.bench import LOAD_CLIENTS, LoadClientError, LoadClientName, WorkloadError
-from autotune.limits import MAX_CONFIRM, MAX_ROUNDS, MAX_SECONDS, bounded_problem
-from autotune.selection import InfeasibleError, SelectionError
+from autotune.inputs.limits import MAX_CONFIRM, MAX_ROUNDS, MAX_SECONDS, bounded_problem
+from autotune.inputs.userfiles import folder_problem, output_problem, path_problem
+from autotune.inputs.wording import shown
 from autotune.space import SpaceError
-from autotune.spec import SpecError
-from autotune.spec_file import storage_problem
+from autotune.spec import SpecError, storage_problem
 from autotune.store import (
     NoStudiesError,
     StorageError,
@@ -29,8 +30,6 @@ from autotune.store import (
     redact,
 )
 from autotune.study import StudyError, StudyMismatch
-from autotune.userfiles import folder_problem, output_problem, path_problem
-from autotune.wording import shown
 
 
 def _console(stderr: bool = False) -> Console:

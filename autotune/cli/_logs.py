@@ -13,9 +13,9 @@ from typing import Annotated, BinaryIO
 import typer
 from optuna.trial import TrialState
 
-from autotune import layout
 from autotune.cli._common import EXIT_INTERRUPTED, InputError, cli_errors, err_console, open_store
 from autotune.store import StudyStore, TrialRecord, storage_errors
+from autotune.vocab import layout
 
 FILE_POLL_S = 0.2  # how often a followed log is read for new lines
 STORE_POLL_S = 1.0  # how often the store is asked whether the followed trial still runs

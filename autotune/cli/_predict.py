@@ -12,9 +12,9 @@ import yaml
 
 from autotune.cli._common import InputError, cli_errors, console, open_store
 from autotune.cli._table import Format
-from autotune.slo import bounds_of
+from autotune.inputs.yamlfile import load_yaml
 from autotune.store import StudyFacts
-from autotune.yamlfile import load_yaml
+from autotune.vocab.slo import bounds_of
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
 RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
@@ -36,9 +36,9 @@ def predict(
 ) -> None:
     """Predict a config's metrics, with intervals, by the engine model fitted to the study's
     measured trials (no launch)."""
+    from autotune.answer.selection import baseline
     from autotune.bench import LoadProfile
     from autotune.predict import REPORTED, engine_options
-    from autotune.selection import baseline
     from autotune.study import percentage_errors, study_model
 
     with cli_errors():

@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from autotune import layout
+from autotune.answer.export import choose_export
+from autotune.answer.selection import InfeasibleError
 from autotune.cli._common import (
     InputError,
     check_bounded,
@@ -23,13 +24,12 @@ from autotune.cli._common import (
 )
 from autotune.cli._tune import check_runnable, sigterm_as_interrupt
 from autotune.engine import installed_vllm_version
-from autotune.export import choose_export
-from autotune.limits import MAX_REQUESTS
+from autotune.inputs.limits import MAX_REQUESTS
 from autotune.measure import ProfileError, ProfilePlan, profile_config
-from autotune.selection import InfeasibleError
 from autotune.spec import TuneSpec, load_spec
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import build_harness
+from autotune.vocab import layout
 
 
 def profile(

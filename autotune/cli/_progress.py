@@ -7,10 +7,9 @@ from collections.abc import Callable
 
 from rich.console import Console
 
+from autotune.answer.selection import judged_percentile, pareto_front, study_objectives
 from autotune.bench import Summary
 from autotune.cli._render import voided_text
-from autotune.selection import judged_percentile, pareto_front, study_objectives
-from autotune.status import TrialStatus
 from autotune.store import StudyFacts, study_records
 from autotune.study import (
     Event,
@@ -20,6 +19,7 @@ from autotune.study import (
     TrialSkipped,
     TrialStarted,
 )
+from autotune.vocab.status import TrialStatus
 
 
 def event_printer(console: Console) -> Callable[[Event], None]:

@@ -14,10 +14,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from autotune.engine import failure_headline
-from autotune.numbers import interval_text, readable
-from autotune.predict import REPORTED
-from autotune.selection import (
+from autotune.answer.selection import (
     answers_otherwise,
     baseline,
     closest,
@@ -28,12 +25,15 @@ from autotune.selection import (
     pareto_front,
     study_objectives,
 )
-from autotune.slo import slo_text
-from autotune.status import PREDICTED_STATUSES
+from autotune.engine import failure_headline
+from autotune.predict import REPORTED
 from autotune.store import StudyFacts, TrialFacts, TrialRecord
 from autotune.study import (
     percentage_errors,
 )
+from autotune.vocab.numbers import interval_text, readable
+from autotune.vocab.slo import slo_text
+from autotune.vocab.status import PREDICTED_STATUSES
 
 
 def _with_spread(t: TrialRecord, name: str, fmt: str) -> str:

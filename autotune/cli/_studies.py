@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from autotune.answer.trial_data import StudySummary, study_summary
 from autotune.cli._common import (
     InputError,
     checked_store,
@@ -17,9 +18,8 @@ from autotune.cli._common import (
     err_console,
     store_settings,
 )
-from autotune.numbers import readable
 from autotune.store import StorageError, StudyStore, default_storage_url, redact
-from autotune.trial_data import StudySummary, study_summary
+from autotune.vocab.numbers import readable
 
 
 def _summaries(store: StudyStore) -> Iterator[StudySummary]:

@@ -1,4 +1,4 @@
-"""`show --format json|csv`: every trial as data (columns in `autotune.trial_data`)."""
+"""`show --format json|csv`: every trial as data (columns in `autotune.answer.trial_data`)."""
 
 from __future__ import annotations
 

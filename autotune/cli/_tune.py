@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from autotune.answer.selection import pareto_front, study_objectives
 from autotune.bench import thin_percentiles
 from autotune.cli._baseline import read_baseline, with_baseline
 from autotune.cli._common import (
@@ -33,9 +34,7 @@ from autotune.cli._tune_flags import parse_parallel, tune_overrides
 from autotune.devices import DevicePool, format_device_list
 from autotune.engine import DEFAULT_COMMAND, program_problem
 from autotune.measure import Measurement
-from autotune.selection import pareto_front, study_objectives
-from autotune.spec import TuneSpec, load_spec
-from autotune.spec_request import check_request
+from autotune.spec import TuneSpec, check_request, load_spec
 from autotune.store import StudyStore, redact
 from autotune.study import (
     Confirmer,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.cli._common import InputError, parse_load_client
-from autotune.spec_flags import parse_objectives, parse_precision, parse_slos
+from autotune.spec import parse_objectives, parse_precision, parse_slos
 
 
 def tune_overrides(flags: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def parse_parallel(value: str) -> int | str:
 def _options(items: list[str]) -> dict[str, Any]:
     import yaml
 
-    from autotune.yamlfile import load_yaml
+    from autotune.inputs.yamlfile import load_yaml
 
     out = {}
     for item in items:

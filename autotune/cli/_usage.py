@@ -12,7 +12,7 @@ import typer
 from rich.text import Text
 
 from autotune.cli._common import EXIT_FAILED, EXIT_OK, err_console
-from autotune.wording import did_you_mean, plain_text
+from autotune.inputs.wording import did_you_mean, plain_text
 
 PROG = "autotune"
 

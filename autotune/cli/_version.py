@@ -7,7 +7,7 @@ from importlib import metadata
 
 import typer
 
-from autotune.host import vllm_distributions
+from autotune.devices import vllm_distributions
 
 DISTRIBUTION = "vllm-autotune"  # this package's name on the package index (pyproject.toml)
 

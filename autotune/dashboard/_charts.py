@@ -19,8 +19,8 @@ from autotune.dashboard._labels import (
     metric_label,
     status_group,
 )
-from autotune.numbers import readable
 from autotune.store import TrialRecord
+from autotune.vocab.numbers import readable
 
 Figure = dict[str, Any]
 Objective = tuple[str, str]  # (metric, "maximize" | "minimize")

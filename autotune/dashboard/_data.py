@@ -15,6 +15,13 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.answer.export import choose_export, compact, default_choice, render_export
+from autotune.answer.selection import (
+    SelectionError,
+    baseline,
+    pareto_front,
+    study_objectives,
+)
 from autotune.dashboard import _charts as charts
 from autotune.dashboard._catalog import Catalog
 from autotune.dashboard._importance import param_importance
@@ -30,15 +37,7 @@ from autotune.dashboard._labels import (
     metric_label,
     outcome,
 )
-from autotune.export import choose_export, compact, default_choice, render_export
-from autotune.host import hardware_line
-from autotune.selection import (
-    SelectionError,
-    baseline,
-    pareto_front,
-    study_objectives,
-)
-from autotune.slo import bounds_of, slo_text
+from autotune.devices import hardware_line
 from autotune.store import (
     StudyFacts,
     StudyStore,
@@ -47,6 +46,7 @@ from autotune.store import (
     storage_errors,
     study_records,
 )
+from autotune.vocab.slo import bounds_of, slo_text
 
 LATENCY_Y = ("p99_ttft_ms", "p99_tpot_ms")  # always offered as the Pareto chart's y
 KV_PARAMS = ("kv_cache_mib", "kv_cache_memory_bytes", "gpu_memory_utilization")

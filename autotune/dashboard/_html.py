@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.numbers import readable
+from autotune.vocab.numbers import readable
 
 POLL_MS = 3000
 

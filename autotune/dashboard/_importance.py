@@ -9,8 +9,8 @@ import warnings
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.status import TrialStatus
 from autotune.store import METRICS, STATUS
+from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 

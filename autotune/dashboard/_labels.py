@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from autotune.selection import answers_otherwise
-from autotune.status import TrialStatus
+from autotune.answer.selection import answers_otherwise
 from autotune.store import TrialRecord
+from autotune.vocab.status import TrialStatus
 
 _NAMES = {
     "output_throughput": "output tok/s",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import quote
 
+from autotune.answer.selection import confirm_slo_text
 from autotune.dashboard._data import StudyRow, StudyView, TrialRow, finite
 from autotune.dashboard._html import Frame, document, esc, facts, num, table
 from autotune.dashboard._labels import (
@@ -20,7 +21,6 @@ from autotune.dashboard._labels import (
 )
 from autotune.dashboard._trial import TrialView
 from autotune.dashboard._trial_page import trial_main
-from autotune.selection import confirm_slo_text
 
 BADGES = {
     OK: "ok",

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from autotune import layout
+from autotune.answer.export import render_export
 from autotune.bench import read_records
 from autotune.dashboard import _charts as charts
 from autotune.dashboard._catalog import Catalog
@@ -20,10 +20,10 @@ from autotune.dashboard._data import (
     signature,
 )
 from autotune.dashboard._labels import LATENCIES, STATS, failure_kind, metric_label, outcome
-from autotune.export import render_export
-from autotune.numbers import interval_text
 from autotune.predict import REPORTED
 from autotune.store import TrialRecord
+from autotune.vocab import layout
+from autotune.vocab.numbers import interval_text
 
 LOG_BYTES = 64 * 1024  # the end of engine.log that the page shows
 OTHER_METRICS = (

@@ -13,6 +13,14 @@ from autotune.devices._ascend import NPU_SMI_INFO, NpuDevice, NpuSmiInfo, parse_
 from autotune.devices._cpu import cpu_memory
 from autotune.devices._cpu_slots import split_cpu
 from autotune.devices._discover import discover
+from autotune.devices._host import (
+    cpu_flags,
+    describe_host,
+    hardware_line,
+    installed_version,
+    serve_command,
+    vllm_distributions,
+)
 from autotune.devices._hostlock import HostHold, hold_host
 from autotune.devices._inventory import PLATFORMS, Device, DeviceError, Inventory, Platform
 from autotune.devices._lanes import plan_lanes
@@ -77,7 +85,9 @@ __all__ = [
     "Runner",
     "SmiParseError",
     "Topology",
+    "cpu_flags",
     "cpu_memory",
+    "describe_host",
     "device_memory",
     "discover",
     "discover_selected",
@@ -85,7 +95,9 @@ __all__ = [
     "format_device_list",
     "gpu_compute_capability",
     "gpu_devices",
+    "hardware_line",
     "hold_host",
+    "installed_version",
     "memory_before_launch",
     "nvidia_reader",
     "parse_compute_caps",
@@ -99,6 +111,8 @@ __all__ = [
     "process_reader",
     "run_tool",
     "select_devices",
+    "serve_command",
     "split_cpu",
+    "vllm_distributions",
     "wait_released",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotune.devices import cpu_flags
 from autotune.doctor._host import (
     isa_check,
     platform_check,
@@ -31,7 +32,6 @@ from autotune.doctor._leftovers import engines_check, shm_check
 from autotune.doctor._model import model_check
 from autotune.doctor._records import Check, HostInputs, Status
 from autotune.doctor._storage import storage_check
-from autotune.host import cpu_flags
 
 __all__ = ["Check", "HostInputs", "Status", "run_checks"]
 

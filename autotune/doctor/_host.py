@@ -14,10 +14,10 @@ from autotune.devices import (
     nvidia_reader,
     parse_cpulist,
     run_tool,
+    vllm_distributions,
 )
 from autotune.doctor._records import Check, HostInputs, free_bytes, size
 from autotune.engine import free_port
-from autotune.host import vllm_distributions
 from autotune.space import FP8_CPU_FLAGS, HostFacts, host_problem
 
 PLUGIN_GROUP = "vllm.general_plugins"  # pyproject.toml's entry point of autotune/_vllm_plugin.py

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import psutil
 
-from autotune import layout
 from autotune.doctor._records import Check, HostInputs, size
 from autotune.engine import engine_tuner, recorded_engine, unused_shm
+from autotune.vocab import layout
 
 # The folders an engine runs in (layout.py): trials, the confirm step's runs, profiles.
 _ENGINE_FOLDERS = (

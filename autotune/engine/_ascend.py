@@ -43,7 +43,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version  # an optuna dependency
 
-from autotune.host import installed_version
+from autotune.devices import installed_version
 
 # The wheel is `vllm_ascend`, the project `vllm-ascend`; metadata lookups differ by Python.
 ASCEND_DISTRIBUTIONS = ("vllm-ascend", "vllm_ascend")

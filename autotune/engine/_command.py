@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from autotune.wording import did_you_mean, shown
+from autotune.inputs.wording import did_you_mean, shown
 
 PYTHON = "{python}"
 # Where the launcher puts a server's config, host and port; with none of them named, it

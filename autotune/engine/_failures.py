@@ -27,7 +27,7 @@ import signal
 from dataclasses import dataclass
 from enum import Enum
 
-from autotune.status import TrialStatus
+from autotune.vocab.status import TrialStatus
 
 
 class Role(Enum):

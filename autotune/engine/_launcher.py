@@ -25,7 +25,6 @@ from pathlib import Path
 
 import httpx
 
-from autotune import layout
 from autotune.engine._args import env_file_text, to_yaml_text
 from autotune.engine._command import SERVER_PLACEHOLDERS
 from autotune.engine._config import EngineConfig
@@ -33,7 +32,8 @@ from autotune.engine._facts import EngineFacts, read_facts
 from autotune.engine._failures import Failure, classify_exit, served_failure
 from autotune.engine._ports import free_port
 from autotune.engine._supervise import LogWatch, Spawned, read_log, spawn, substitute
-from autotune.status import TrialStatus
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from typing import Any
 
 import psutil
 
-from autotune import layout
 from autotune.bench import RequestRecord, RequestSpec
 from autotune.devices import (
     NPU_SMI_INFO,
@@ -44,7 +43,8 @@ from autotune.engine._launcher import EngineError, LaunchSettings, engine_env, r
 from autotune.engine._offline_main import READY_MARK
 from autotune.engine._options import SERVER_OPTIONS
 from autotune.engine._supervise import LogWatch, Spawned, read_log, spawn, substitute
-from autotune.status import TrialStatus
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version  # an optuna dependency
 
+from autotune.devices import installed_version
 from autotune.engine._config import EngineConfig
-from autotune.host import installed_version
 
 Mechanism = Literal["profiler-config", "env"]
 

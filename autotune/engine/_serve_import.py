@@ -21,7 +21,7 @@ import yaml
 
 from autotune.engine._args import logical_option
 from autotune.engine._options import normalize_option
-from autotune.userfiles import MIB, UserFileError, read_user_text
+from autotune.inputs.userfiles import MIB, UserFileError, read_user_text
 
 # A script or config of a few lines; a larger file is not one (and `/dev/zero` never ends).
 SERVE_FILE_LIMIT = 1 * MIB

@@ -29,11 +29,11 @@ from typing import Protocol
 
 import psutil
 
-from autotune import layout
 from autotune.devices import memory_before_launch, wait_released
 from autotune.engine._cleanup import remove_leaked_shm, shm_used_by
 from autotune.engine._failures import FATAL_OVERLAP, Failure, fatal_failure
 from autotune.engine._ports import wait_port_free
+from autotune.vocab import layout
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from autotune import layout
+from autotune.vocab import layout
 
 # Plain prompts, some of which a model completes in many ways (numbers, code, lists): a change
 # of numerics shows where the top two next tokens are close.

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from autotune import layout
 from autotune.bench import (
     AbortKind,
     BenchmarkAborted,
@@ -65,8 +64,9 @@ from autotune.measure._agreement import (
 )
 from autotune.measure._prune import Judge
 from autotune.measure._runs import Runner, too_many_errors
-from autotune.status import TrialStatus
 from autotune.store import Abort, Cost, TrialFacts
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from autotune.bench import Summary
-from autotune.objectives import Objective
-from autotune.slo import AGREEMENT, ERROR_RATE, FAILED, OOM, excess
-from autotune.status import OOM_STATUSES
+from autotune.vocab.objectives import Objective
+from autotune.vocab.slo import AGREEMENT, ERROR_RATE, FAILED, OOM, excess
+from autotune.vocab.status import OOM_STATUSES
 
 # Worst-case values for trials that produced no measurement (finite, so that every sampler and
 # plot can use them). Throughputs are >= 0 and latencies are in ms: both bounds are far outside.

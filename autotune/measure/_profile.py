@@ -22,7 +22,6 @@ from typing import Any
 
 import httpx
 
-from autotune import layout
 from autotune.bench import (
     AbortKind,
     BenchmarkAborted,
@@ -50,7 +49,8 @@ from autotune.engine import (
     top_ops,
     with_profiler,
 )
-from autotune.status import TrialStatus
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import layout
 from autotune.bench import (
     AbortKind,
     BenchmarkAborted,
@@ -39,8 +38,9 @@ from autotune.bench import (
 )
 from autotune.engine import Failure
 from autotune.measure._objectives import constraint_values
-from autotune.status import TrialStatus
 from autotune.store import VoidedRun
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 

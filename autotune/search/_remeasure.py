@@ -4,17 +4,17 @@ One measurement of a config is one draw of a noisy host (docs/benchmarks.md, "Ve
 spread over fresh engines), and the host's speed drifts over a study. A lucky run looks better
 than it is. So, with `remeasure` on (auto: a goal search at a fixed load), after each launched
 trial the study may queue its incumbent (the best feasible config by the first objective, as
-`autotune.drift.compared` sees it; while none is feasible, the one closest to the constraints)
-to run again, as a trial of role `remeasure`:
+`autotune.answer.repeats.compared` sees it; while none is feasible, the one closest to the
+constraints) to run again, as a trial of role `remeasure`:
 
 - once `STARTUP` trials were launched (the baseline and the sampler's random start), then
   every `EVERY` launches, so that the re-measures span the study;
 - in the budget's last slot, where two or more trials ran since the last one;
 - never more than `SHARE` of the budget, never while another queued trial waits.
 
-Selection merges a config's runs (mean metrics; autotune.drift), so the incumbent's value is
-the mean of its runs, not its luckiest. Values are never corrected for drift: autotune.drift
-says why, and the confirm step pairs its rounds instead.
+Selection merges a config's runs (mean metrics; autotune.answer.repeats), so the incumbent's
+value is the mean of its runs, not its luckiest. Values are never corrected for drift:
+autotune.answer.repeats says why, and the confirm step pairs its rounds instead.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from optuna.study import Study
 from optuna.trial import TrialState
 
 from autotune import store as keys
-from autotune.drift import compared
-from autotune.selection import closest
+from autotune.answer.repeats import compared
+from autotune.answer.selection import closest
 from autotune.spec import TuneSpec
 from autotune.store import TrialRecord
 

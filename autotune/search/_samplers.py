@@ -18,11 +18,11 @@ import logging
 
 import optuna
 
-from autotune.limits import MAX_SEED
-from autotune.objectives import Objective
+from autotune.inputs.limits import MAX_SEED
 from autotune.search._design import LatinStart
 from autotune.search._told import ToldSampler
 from autotune.spec import TuneSpec
+from autotune.vocab.objectives import Objective
 
 logger = logging.getLogger(__name__)
 

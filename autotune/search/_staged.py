@@ -21,7 +21,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import store as keys
-from autotune.drift import compared
+from autotune.answer.repeats import compared
 from autotune.search._wrapped import WrappedSampler
 from autotune.store import TrialRecord
 

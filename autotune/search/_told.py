@@ -6,7 +6,7 @@ times its bound, while the feasible configs sit within a few tens of percent of 
 process fitted to those raw values (Optuna's `GPSampler` standardizes them) sees every feasible
 config as the same point. The sampler is told `log(measured / bound)` instead: the same sign
 (<= 0 is feasible), so feasibility is unchanged, and near the bound the same slope. The
-objective values are told as measured (autotune.drift says why nothing is corrected).
+objective values are told as measured (autotune.answer.repeats says why nothing is corrected).
 
 `ToldSampler` wraps the study's sampler and shows it that view of the study; the stored trials
 are never changed (selection and `show` read them as they are).

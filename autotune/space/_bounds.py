@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.limits import MAX_PARAMETER, MAX_SEED
+from autotune.inputs.limits import MAX_PARAMETER, MAX_SEED
 from autotune.space._params import (
     CategoricalParam,
     FloatParam,

@@ -15,13 +15,13 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from autotune.engine import ascend_option_problems, installed_ascend_version
+from autotune.inputs.userfiles import MIB, UserFileError, path_problem, read_user_text, shown_path
+from autotune.inputs.wording import plain_message
+from autotune.inputs.yamlfile import load_yaml
 from autotune.space._errors import SpaceError
 from autotune.space._host import HostFacts, restrict_to_host
 from autotune.space._params import PARAMETER_TYPES, CategoricalParam, Issue
 from autotune.space._space import SearchSpace
-from autotune.userfiles import MIB, UserFileError, path_problem, read_user_text, shown_path
-from autotune.wording import plain_message
-from autotune.yamlfile import load_yaml
 
 # The shipped spaces are package data (`search_spaces/` at the repository root links here).
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "search_spaces"

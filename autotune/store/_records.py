@@ -14,9 +14,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, Field
 
-from autotune.status import TrialStatus
 from autotune.store._facts import TrialFacts, Worker
 from autotune.store._study import StudyFacts
+from autotune.vocab.status import TrialStatus
 
 # Trial user-attribute keys: one place spells them.
 STATUS = "status"
@@ -82,7 +82,7 @@ class TrialRecord(BaseModel):
     measured_at: float | None = None
     remeasure_of: int | None = None
     prediction: dict[str, Any] = Field(default_factory=dict)  # autotune.predict, before it ran
-    runs: int = 1  # measured runs of its config merged into this record (autotune.drift)
+    runs: int = 1  # measured runs of its config merged into this record (autotune.answer.repeats)
 
     def conservative(self, name: str, direction: str) -> float:
         """The metric made worse by its spread over repeated runs (`median - spread` for a

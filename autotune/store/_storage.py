@@ -18,10 +18,10 @@ import sqlalchemy.exc
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import TrialState
 
-from autotune.status import TrialStatus
 from autotune.store._records import StudyInfo, TrialRecord
 from autotune.store._slots import TrialSlots
 from autotune.store._study import StudyFacts, write_study
+from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.slo import Slo, slos_of
 from autotune.store._facts import read_lenient
+from autotune.vocab.slo import Slo, slos_of
 
 if TYPE_CHECKING:
     from optuna.study._frozen import FrozenStudy  # what `get_all_studies` lists

@@ -2,8 +2,9 @@
 its lanes, and the confirm step. One config's device work is `autotune.measure`; how the study
 searches (samplers, what they are told, re-measures) is `autotune.search`.
 
-Which trials are best (the Pareto front, picks, the confirmed winner) is `autotune.selection`:
-pure functions over stored trials, for readers that need none of this machinery.
+Which trials are best (the Pareto front, picks, the confirmed winner) is
+`autotune.answer.selection`: pure functions over stored trials, for readers that need none of
+this machinery.
 """
 
 from autotune.study._confirm import Confirmer

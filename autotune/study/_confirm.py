@@ -41,21 +41,21 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autotune import layout
-from autotune.bench import degraded
-from autotune.drift import compared
-from autotune.engine import EngineConfig
-from autotune.measure import Measure, Measurement
-from autotune.selection import (
+from autotune.answer.repeats import compared
+from autotune.answer.selection import (
     baseline,
     study_objectives,
 )
+from autotune.bench import degraded
+from autotune.engine import EngineConfig
+from autotune.measure import Measure, Measurement
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
 from autotune.study._harness import Harness, trial_engine_config
 from autotune.study._sequential import SMALLEST, look
 from autotune.study._verdict import Bounds, ConfirmRun, Stopping, evaluate, paired_gains
+from autotune.vocab import layout
 
 CONFIRM_FILE = "confirm.json"
 
@@ -66,7 +66,7 @@ def choose_candidates(
     """The `top` best feasible trials other than the baseline, by conservative primary value,
     then the baseline if it was measured. Empty when no trial but the baseline is feasible:
     the baseline is never confirmed against itself alone. Trials are compared as
-    `autotune.drift.compared` sees them (the runs of one config merged)."""
+    `autotune.answer.repeats.compared` sees them (the runs of one config merged)."""
     records = compared(records)
     metric, direction = objectives[0]
     sign = 1.0 if direction == "maximize" else -1.0

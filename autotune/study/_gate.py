@@ -46,8 +46,8 @@ from autotune.space import (
     estimate_memory,
     needs_at_least,
 )
-from autotune.status import TrialStatus
 from autotune.study._learned import LearnedRule
+from autotune.vocab.status import TrialStatus
 
 Params = dict[str, Any]
 GIB = 2**30

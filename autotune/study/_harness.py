@@ -37,6 +37,7 @@ from autotune.devices import (
     DeviceMemory,
     DevicePool,
     Lease,
+    cpu_flags,
     device_memory,
     discover,
     gpu_compute_capability,
@@ -51,7 +52,6 @@ from autotune.engine import (
     installed_vllm_version,
     resolve_env,
 )
-from autotune.host import cpu_flags
 from autotune.measure import Judge, Measure, Measurement, Workplan, measure
 from autotune.space import (
     HostFacts,

@@ -25,7 +25,7 @@ from itertools import combinations
 from typing import Any
 
 from autotune.engine import failure_signature
-from autotune.status import TrialStatus
+from autotune.vocab.status import TrialStatus
 
 Params = dict[str, Any]
 

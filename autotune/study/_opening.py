@@ -11,14 +11,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import layout
 from autotune import store as keys
-from autotune.host import describe_host
+from autotune.answer.selection import pareto_front, study_objectives
+from autotune.devices import describe_host
 from autotune.search import make_sampler, told_objectives
-from autotune.selection import pareto_front, study_objectives
 from autotune.space import SpaceError
 from autotune.spec import SpecError, TuneSpec
-from autotune.status import TrialStatus
 from autotune.store import (
     StorageError,
     StoreSettings,
@@ -32,6 +30,8 @@ from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness, model_ref
 from autotune.study._reingest import TrialFolder, check_reingest, reingest, used_folders
 from autotune.study._stages import baseline_attrs, queue_layouts, staged
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ import logging
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from autotune import layout
 from autotune import store as keys
 from autotune.engine import reap_stale_engine
 from autotune.measure import load_measurement
@@ -24,6 +23,7 @@ from autotune.store import StudyStore, TrialSlots, Worker
 from autotune.study._harness import Harness
 from autotune.study._record import Recorder
 from autotune.study._worker import is_dead_here, is_here
+from autotune.vocab import layout
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from autotune import layout
 from autotune import store as keys
 from autotune.bench import METRIC_NAMES, OPTIONAL, with_agreement
 from autotune.engine import EngineConfig, to_yaml_dict
@@ -35,7 +34,6 @@ from autotune.measure import (
 from autotune.search import told_objectives
 from autotune.space import SearchSpace, repair
 from autotune.spec import TuneSpec
-from autotune.status import TrialStatus
 from autotune.store import (
     StorageError,
     StudyFacts,
@@ -48,6 +46,8 @@ from autotune.store import (
 from autotune.study._errors import StudyError
 from autotune.study._gate import Verdict
 from autotune.study._slos import StudyBounds
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 

@@ -24,15 +24,15 @@ from typing import Any
 import optuna
 from optuna.trial import Trial, TrialState, create_trial
 
-from autotune import layout
 from autotune import store as keys
 from autotune.measure import Measurement, load_measurement
 from autotune.search import FIXED
-from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialSlots
 from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness
 from autotune.study._record import Recorder
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import store as keys
-from autotune.status import TrialStatus
 from autotune.store import StudyFacts, StudyStore
 from autotune.study._errors import StudyError
 from autotune.study._events import Event
@@ -37,6 +36,7 @@ from autotune.study._orphans import settle_orphans
 from autotune.study._record import Recorder
 from autotune.study._trial import TrialOutcome, TrialRunner
 from autotune.study._worker import end_run, new_run
+from autotune.vocab.status import TrialStatus
 
 SKIP_LIMIT_FACTOR = 10  # proposals that are skipped (invalid, duplicate) per trial of budget
 

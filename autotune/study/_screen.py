@@ -34,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune import layout
 from autotune import store as keys
+from autotune.answer.selection import dominates
 from autotune.bench import LoadProfile, read_records
 from autotune.predict import (
     EngineModel,
@@ -44,12 +44,12 @@ from autotune.predict import (
     engine_options,
     error,
 )
-from autotune.selection import dominates
 from autotune.space import engine_default
 from autotune.spec import TuneSpec
-from autotune.status import TrialStatus
 from autotune.store import TrialRecord
 from autotune.study._gate import SkipRule, Verdict
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 MIN_SCORED = 2  # predictions of a metric scored before it may rule a proposal out
 MAX_WIDTH = math.log(2.0)  # beyond a factor 2 either way, a metric rules nothing out

@@ -16,7 +16,7 @@ every other trial's are compared with (`Reference`, shared with the workplan; th
 them in `agreement_reference`), and no other trial runs before they are known.
 
 The bounds are the study's, not the spec's: `StudyBounds` (one per harness) starts from the spec's
-SLOs (`autotune.slo.Slo`) and changes in one place, `fix`/`adopt`, each a new tuple of SLOs; the
+SLOs (`vocab.slo.Slo`) and changes in one place, `fix`/`adopt`, each a new tuple of SLOs; the
 workload plan, the recorder and the pruning judge read `StudyBounds.values`, a new dict each
 time, so no dict is shared and changed under its holder. The spec is never changed.
 """
@@ -29,10 +29,10 @@ from typing import Any
 
 from autotune.bench import Summary
 from autotune.measure import Reference
-from autotune.slo import Slo, bounds_of, slos_of
 from autotune.spec import TuneSpec
 from autotune.store import StudyFacts
 from autotune.study._errors import StudyError
+from autotune.vocab.slo import Slo, bounds_of, slos_of
 
 
 @dataclass

@@ -22,8 +22,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from autotune import layout
 from autotune import store as keys
+from autotune.answer.selection import pareto_front
 from autotune.bench import RequestRecord, read_records
 from autotune.devices import Lease, format_device_list, hold_host
 from autotune.engine import EngineConfig
@@ -36,9 +36,7 @@ from autotune.measure import (
     save_measurement,
 )
 from autotune.search import queue_remeasure, remeasure_on
-from autotune.selection import pareto_front
 from autotune.space import ModelInfo, SearchSpace, SpaceError
-from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialFacts, TrialRecord, TrialSlots, Worker
 from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
@@ -51,6 +49,8 @@ from autotune.study._room import Rooms
 from autotune.study._screen import SCREENED_ROLES, Screen, predict_on, screen_on
 from autotune.study._stages import stage_of
 from autotune.study._worker import worker_attr
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 _ASK_LOCK = threading.Lock()  # one `study.ask` at a time in this process
 

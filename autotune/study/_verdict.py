@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.bench import t_quantile
-from autotune.slo import Slo, slos_of
 from autotune.spec import TuneSpec
 from autotune.store import StudyFacts
 from autotune.study._sequential import ERROR, SMALLEST, look
+from autotune.vocab.slo import Slo, slos_of
 
 LEVEL = 0.90  # the gain's interval: two-sided
 

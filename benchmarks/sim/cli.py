@@ -37,11 +37,11 @@ from typing import Any
 import yaml
 from scipy.stats import spearmanr
 
-from autotune.export import choose_export
-from autotune.selection import SelectionError
+from autotune.answer.export import choose_export
+from autotune.answer.selection import SelectionError
 from autotune.space import load_space
-from autotune.status import PREDICTED_STATUSES, TrialStatus
 from autotune.store import StudyStore, TrialRecord
+from autotune.vocab.status import PREDICTED_STATUSES, TrialStatus
 
 from .landscapes import Landscape
 from .truth import Truth

@@ -27,19 +27,19 @@ from typing import Any
 
 import optuna
 
-from autotune import layout
+from autotune.answer.export import choose_export
+from autotune.answer.selection import SelectionError
 from autotune.bench import LoadProfile, Stats, Summary, write_records
 from autotune.devices import DevicePool
 from autotune.devices._hostlock import LOCK_DIR_ENV
 from autotune.engine import EngineConfig
-from autotune.export import choose_export
 from autotune.measure import Measurement
-from autotune.selection import SelectionError
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
-from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialFacts
 from autotune.study import Harness, StudyRunner
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 from .landscapes import Landscape
 from .noise import DRIFT_PERIOD_S, Host, NoiseProfile, load_share, with_draw
@@ -87,7 +87,7 @@ class SimMeasure:
         )
         # The same requests on a host f times as fast: in a closed loop the run stretches by
         # 1/f; under a fixed rate the throughput stays the offered one while batches and
-        # queues grow (so the drift fit reads no drift there, autotune.drift says why).
+        # queues grow (so the drift fit reads no drift there, autotune.answer.repeats says why).
         raw = simulate(land.hardware, cfg, land.workload, speed=f, records=True)
         device_s = STARTUP_S + raw.duration_s
         self.clock_s += device_s

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from autotune.answer.repeats import compared, config_key
 from autotune.cli import app
-from autotune.drift import compared, config_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import pooled_estimate

@@ -12,10 +12,10 @@ from pathlib import Path
 import yaml
 from support import one_error_line
 
-from autotune import layout
 from autotune.dashboard import Catalog, study_view
 from autotune.measure import AGREEMENT
 from autotune.store import StudyStore
+from autotune.vocab import layout
 from cli.conftest import invoke, tune_args
 
 SPACE = """\

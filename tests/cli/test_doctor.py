@@ -26,8 +26,8 @@ from autotune.doctor import Check, HostInputs, run_checks
 from autotune.doctor import _host as doctor_host
 from autotune.engine import unused_shm
 from autotune.engine._supervise import LEADER, write_pid_file
-from autotune.layout import ENGINE_PID, trial_dir
 from autotune.store import StudyStore
+from autotune.vocab.layout import ENGINE_PID, trial_dir
 
 CPUINFO = Path(__file__).resolve().parents[1] / "fixtures" / "cpuinfo" / "amd_epyc_no_avx512.txt"
 BAD_POSTGRES = "postgresql+psycopg://u:secret@127.0.0.1:9/x"  # port 9 (discard): refused

@@ -1,5 +1,5 @@
 """`autotune export` as a process on a stored study: a tie within 2% on the first objective
-goes to the config farthest inside its SLO bounds (autotune.selection.with_headroom)."""
+goes to the config farthest inside its SLO bounds (autotune.answer.selection.with_headroom)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from autotune import store as keys
+from autotune.answer.export import choose_export
 from autotune.cli import app
-from autotune.export import choose_export
 from autotune.store import StudyStore
 
 STUDY = "ties"

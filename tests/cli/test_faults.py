@@ -17,8 +17,8 @@ import psutil
 import pytest
 from support import processes_mentioning, wait_for
 
-from autotune import layout
 from autotune.store import StudyStore, TrialRecord
+from autotune.vocab import layout
 
 TuneArgv = Callable[..., list[str | Path]]
 # Slow enough that the test can catch the tuner mid-trial; only the process under test is slow

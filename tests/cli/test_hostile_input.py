@@ -20,7 +20,7 @@ from support import one_error_line
 from typer.testing import Result
 
 from autotune.cli._common import cli_errors
-from autotune.spec import MAX_TRIALS
+from autotune.inputs.limits import MAX_TRIALS
 from autotune.store import StudyStore, lowest_free
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ import yaml
 from sim_devices import Host, engines, install
 from typer.testing import CliRunner, Result
 
+from autotune.answer.sizing import replica_devices
 from autotune.cli import app
-from autotune.sizing import replica_devices
 from autotune.store import StudyStore, default_storage_url
 
 TESTS = Path(__file__).resolve().parents[1]

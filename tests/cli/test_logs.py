@@ -12,10 +12,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune import layout
 from autotune.cli._common import InputError
 from autotune.cli._logs import choose_trial, follow, log_path, next_attempt, wait_for_log
-from autotune.status import TrialStatus
 from autotune.store import (
     DEVICE_S,
     REASON,
@@ -25,6 +23,8 @@ from autotune.store import (
     TrialRecord,
     default_storage_url,
 )
+from autotune.vocab import layout
+from autotune.vocab.status import TrialStatus
 
 
 def record(number: int, state: str = "complete", status: str = "ok", **kw: object) -> TrialRecord:

@@ -19,11 +19,11 @@ import sim_nvml
 from sim_devices import Host, engines, install
 from typer.testing import CliRunner, Result
 
-from autotune import layout
 from autotune.cli import app
 from autotune.devices import _pool, format_device_list
-from autotune.status import FAILURE_KINDS, TrialStatus
 from autotune.store import StudyStore, default_storage_url
+from autotune.vocab import layout
+from autotune.vocab.status import FAILURE_KINDS, TrialStatus
 
 TESTS = Path(__file__).resolve().parents[1]
 ENGINE_COMMAND = f"{{python}} {TESTS / 'fake_engine.py'}"

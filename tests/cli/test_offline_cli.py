@@ -13,9 +13,9 @@ import yaml
 from support import one_error_line
 
 from autotune.engine import DEFAULT_COMMAND
-from autotune.objectives import OFFLINE_OBJECTIVES
 from autotune.spec import SpecError, load_spec
 from autotune.store import StudyStore
+from autotune.vocab.objectives import OFFLINE_OBJECTIVES
 
 FAKE_OFFLINE = Path(__file__).resolve().parents[1] / "fake_offline.py"
 TuneArgv = Callable[..., list[str | Path]]

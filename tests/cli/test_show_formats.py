@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from autotune.answer.trial_data import COLUMNS
 from autotune.bench import METRIC_NAMES
 from autotune.cli._render import print_front
 from autotune.store import StudyFacts, StudyStore, TrialRecord
-from autotune.trial_data import COLUMNS
 
 if TYPE_CHECKING:
     from tests.cli.conftest import Tuned

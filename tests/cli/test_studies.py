@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.export import choose_export
-from autotune.numbers import readable
+from autotune.answer.export import choose_export
 from autotune.store import StudyStore
+from autotune.vocab.numbers import readable
 
 if TYPE_CHECKING:
     from tests.cli.conftest import Tuned

@@ -6,7 +6,7 @@ import pytest
 
 from autotune.cli import app
 from autotune.cli._usage import run
-from autotune.wording import plain_text
+from autotune.inputs.wording import plain_text
 
 
 def run_code(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -13,7 +13,7 @@ import typer
 
 from autotune.cli import app
 from autotune.cli._version import version_text
-from autotune.host import vllm_distributions
+from autotune.devices import vllm_distributions
 from cli.conftest import invoke
 
 

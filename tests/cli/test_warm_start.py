@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from autotune.selection import pareto_front, study_objectives
+from autotune.answer.selection import pareto_front, study_objectives
 from autotune.store import StudyStore
 
 TuneArgv = Callable[..., list[str | Path]]

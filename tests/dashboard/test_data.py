@@ -10,10 +10,10 @@ import optuna
 import plotly.graph_objects as go
 import pytest
 
+from autotune.answer.export import choose_export
 from autotune.dashboard import Catalog, UnknownStudy, study_rows, study_state, study_view
 from autotune.dashboard._charts import BASELINE, WINNER
 from autotune.dashboard._data import default_params, finite, y_options
-from autotune.export import choose_export
 from autotune.store import StudyStore
 
 from .conftest import Studies

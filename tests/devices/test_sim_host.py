@@ -16,7 +16,7 @@ from sim_devices import SMI_FIXTURES, Host, allocate, engines, install, release,
 from autotune.devices import device_memory, discover, wait_released
 from autotune.devices._ascend import parse_npu_smi_info
 from autotune.engine._failures import classify_log
-from autotune.status import TrialStatus
+from autotune.vocab.status import TrialStatus
 
 OnPath = Callable[[Host], Path]
 

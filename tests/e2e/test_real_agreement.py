@@ -30,10 +30,10 @@ import pytest
 import yaml
 from support import processes_mentioning, wait_for
 
-from autotune import layout
 from autotune.engine import recorded_engine
 from autotune.measure import AGREEMENT
 from autotune.store import StudyStore
+from autotune.vocab import layout
 from e2e.conftest import AUTOTUNE, REPO, engine_env, orphan_segments, psm_segments
 
 pytestmark = [

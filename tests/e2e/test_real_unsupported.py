@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.host import cpu_flags
+from autotune.devices import cpu_flags
 from autotune.space import FP8_CPU_FLAGS
 from autotune.store import StudyStore, TrialRecord
 

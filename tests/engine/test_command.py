@@ -18,7 +18,7 @@ from autotune.engine import (
     command_problem,
     program_problem,
 )
-from autotune.wording import shown  # a long path is shown by its ends
+from autotune.inputs.wording import shown  # a long path is shown by its ends
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_engine.py"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autotune.engine import classify_exit, failure_headline
-from autotune.status import TrialStatus
+from autotune.vocab.status import TrialStatus
 
 
 def test_the_cause_comes_first_and_the_exit_status_after_it() -> None:

@@ -19,7 +19,7 @@ from autotune.engine._failures import (
     fatal_failure,
     served_failure,
 )
-from autotune.status import TrialStatus
+from autotune.vocab.status import TrialStatus
 
 CORE = "(EngineCore pid=123)"
 API = "(APIServer pid=100)"

@@ -27,9 +27,9 @@ from autotune.engine import (
     port_is_free,
 )
 from autotune.engine._supervise import LEADER, reap_stale_engine, write_pid_file
-from autotune.layout import ENGINE_PID as PID_FILE
 from autotune.measure import Measurement, Workplan, measure
-from autotune.status import TrialStatus
+from autotune.vocab.layout import ENGINE_PID as PID_FILE
+from autotune.vocab.status import TrialStatus
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny-served", args={"max_num_seqs": 4})
 settings = fake_settings

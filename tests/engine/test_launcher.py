@@ -30,7 +30,7 @@ from autotune.engine import (
     to_yaml_text,
 )
 from autotune.engine._launcher import cpu_ranges, engine_env, engine_tmpdir
-from autotune.status import TrialStatus
+from autotune.vocab.status import TrialStatus
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 

@@ -33,8 +33,8 @@ from autotune.engine import (
     launch,
     run_offline,
 )
-from autotune.layout import ENGINE_LOG, ENGINE_PID
-from autotune.status import TrialStatus
+from autotune.vocab.layout import ENGINE_LOG, ENGINE_PID
+from autotune.vocab.status import TrialStatus
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 

@@ -25,7 +25,7 @@ from autotune.engine import (
     to_yaml_text,
 )
 from autotune.engine._offline_main import read_engine_options
-from autotune.status import TrialStatus
+from autotune.vocab.status import TrialStatus
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 

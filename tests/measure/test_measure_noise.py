@@ -21,7 +21,7 @@ from autotune.bench._records import read_records
 from autotune.engine import EngineConfig
 from autotune.measure import Workplan, measure, resummarized
 from autotune.measure._measure import load_measurement
-from autotune.status import TrialStatus
+from autotune.vocab.status import TrialStatus
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny", args={"max_num_seqs": 4})
 REQUESTS = [RequestSpec([1, 2, 3, 4], 16) for _ in range(24)]

@@ -17,7 +17,7 @@ from autotune.measure import (
     constraint_values,
     objective_values,
 )
-from autotune.objectives import Objective
+from autotune.vocab.objectives import Objective
 
 OBJECTIVES = [
     Objective(metric="output_throughput", direction="maximize"),

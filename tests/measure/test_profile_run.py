@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from support import fake_settings, processes_mentioning
 
-from autotune import layout
 from autotune.bench import LoadProfile, RequestSpec, read_records
 from autotune.engine import EngineConfig, LaunchSettings
 from autotune.measure._profile import (
@@ -21,6 +20,7 @@ from autotune.measure._profile import (
     trace_files,
     wait_for_trace,
 )
+from autotune.vocab import layout
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profile"
 TRACE = FIXTURES / "trace.pt.trace.json.gz"

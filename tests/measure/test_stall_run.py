@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from autotune.measure import load_measurement
-from autotune.status import TrialStatus
+from autotune.vocab.status import TrialStatus
 
 TUNER = """\
 import sys

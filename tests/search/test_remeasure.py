@@ -1,5 +1,5 @@
 """The goal search re-measures its incumbent; export compares a config's runs merged, as
-measured (no drift correction: autotune.drift says why)."""
+measured (no drift correction: autotune.answer.repeats says why)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from autotune import store as keys
+from autotune.answer.export import choose_export
 from autotune.bench import Summary
 from autotune.engine import EngineConfig
-from autotune.export import choose_export
 from autotune.measure import Measurement
 from autotune.search._remeasure import SHARE
 from autotune.space import SearchSpace

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.devices import gpu_compute_capability, parse_compute_caps
+from autotune.devices import cpu_flags, gpu_compute_capability, parse_compute_caps
 from autotune.engine import installed_vllm_options, known_options
-from autotune.host import cpu_flags
 from autotune.space import (
     HostFacts,
     SearchSpace,

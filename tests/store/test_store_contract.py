@@ -8,8 +8,8 @@ import optuna
 import pytest
 
 from autotune import store as keys
-from autotune.status import TrialStatus
 from autotune.store import StorageError, StudyStore, TrialRecord, redact
+from autotune.vocab.status import TrialStatus
 
 DIRECTIONS = ["maximize", "minimize", "minimize"]
 

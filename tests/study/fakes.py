@@ -21,9 +21,9 @@ from autotune.predict._fit import LinearTimer
 from autotune.predict._model import workload
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
-from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialFacts, TrialRecord
 from autotune.study import Event, Harness, StudyResult, StudyRunner
+from autotune.vocab.status import TrialStatus
 
 STUDY = "s"
 

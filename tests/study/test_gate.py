@@ -18,9 +18,9 @@ from autotune.devices import DeviceMemory
 from autotune.engine import EngineConfig
 from autotune.space import ModelInfo, load_space
 from autotune.spec import TuneSpec
-from autotune.status import TrialStatus
 from autotune.study import Gate, Harness, LearnedRule, Proposal, SkipRule, Verdict
 from autotune.study._gate import DeviceRoom, local_model
+from autotune.vocab.status import TrialStatus
 from study.fakes import KV_SPACE
 
 GIB = 2**30

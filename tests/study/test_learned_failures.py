@@ -14,7 +14,6 @@ from autotune.cli._progress import skips_line
 from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
-from autotune.status import TrialStatus
 from autotune.store import TrialRecord
 from autotune.study import (
     LearnedRule,
@@ -23,6 +22,7 @@ from autotune.study import (
     Tried,
     learned_rules,
 )
+from autotune.vocab.status import TrialStatus
 from study.fakes import STUDY, FakeMeasure, MakeSpec, launched, run
 
 K = TrialStatus
@@ -271,7 +271,7 @@ def test_the_summary_says_what_each_rule_saved() -> None:
 def test_unsupported_is_failed_not_oom_and_has_a_colour(status: TrialStatus) -> None:
     from autotune.dashboard._labels import GROUP_COLOURS
     from autotune.measure import constraint_values
-    from autotune.status import FAILURE_KINDS
+    from autotune.vocab.status import FAILURE_KINDS
 
     values = constraint_values(None, {"p99_ttft_ms": 100.0}, 0.05, status)
     assert values["failed"] == 1.0 and values["oom"] == 0.0

@@ -19,11 +19,11 @@ from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
-from autotune.status import OOM_STATUSES, TrialStatus
 from autotune.store import StudyStore
 from autotune.study import Harness, SkipRule, StudyResult, StudyRunner, Verdict
 from autotune.study._gate import DeviceRoom
 from autotune.study._room import Rooms
+from autotune.vocab.status import OOM_STATUSES, TrialStatus
 from study.fakes import KV_SPACE, FakeMeasure, MakeSpec, Script, launched, records
 
 GIB = 2**30

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from autotune.answer.selection import pareto_front, pick, study_objectives
 from autotune.bench import RequestRecord, summarize, t_quantile
 from autotune.devices import DevicePool
 from autotune.engine import EngineConfig
 from autotune.measure import Judge, Measurement
-from autotune.selection import pareto_front, pick, study_objectives
-from autotune.slo import Slo
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
-from autotune.status import TrialStatus
 from autotune.store import StudyStore, TrialRecord
 from autotune.study import Confirmer, Harness, StudyRunner
 from autotune.study._confirm import round_order
 from autotune.study._verdict import Bounds, ConfirmRun, Stopping, evaluate, gain
+from autotune.vocab.slo import Slo
+from autotune.vocab.status import TrialStatus
 
 REQUESTS = 16
 

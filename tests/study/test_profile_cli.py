@@ -13,9 +13,9 @@ import typer
 from optuna.trial import TrialState
 from typer.testing import CliRunner, Result
 
+from autotune.answer.export import choose_export
 from autotune.cli._profile import profile
 from autotune.cli._tune import tune
-from autotune.export import choose_export
 from autotune.store import StudyStore, default_storage_url
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from autotune.answer.repeats import compared
 from autotune.bench import Summary
 from autotune.devices import DevicePool
-from autotune.drift import compared
 from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace

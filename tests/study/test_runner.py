@@ -13,7 +13,6 @@ from autotune.bench import Summary
 from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
-from autotune.status import TrialStatus
 from autotune.store import StudyStore
 from autotune.study import (
     Event,
@@ -28,6 +27,7 @@ from autotune.study import (
     TrialStarted,
     Verdict,
 )
+from autotune.vocab.status import TrialStatus
 from study.fakes import (
     KV_SPACE,
     STUDY,

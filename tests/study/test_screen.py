@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.space import SearchSpace
-from autotune.status import PREDICTED_STATUSES, TrialStatus
 from autotune.study._screen import MAX_IN_A_ROW, predict_on, screen_on
+from autotune.vocab.status import PREDICTED_STATUSES, TrialStatus
 from study.fakes import MODEL_ENGINE_LOAD as LOAD
 from study.fakes import MakeSpec, ModelEngine, run
 
