@@ -437,6 +437,98 @@ def test_one_slo_type() -> None:
     )
 
 
+# Nothing mutates a container held by a frozen object: a frozen dataclass or pydantic model is
+# built whole (its lists and dicts made first, then passed in), and a changed value is a new
+# object (`dataclasses.replace`, `model_copy`), so no holder sees it change under it.
+MUTABLE = {"dict", "list", "set", "defaultdict"}
+MUTATORS = {"update", "append", "extend", "pop", "popitem", "clear", "setdefault", "insert"}
+MUTATORS |= {"remove", "add", "discard", "sort", "reverse"}
+# Classes named like a frozen one's field but mutable by design, each with why.
+IN_PLACE_ALLOWED = {
+    "autotune.engine._serve_import": "ServeCommand, the mutable result a parser fills",
+}
+
+
+def _is_frozen(node: ast.ClassDef) -> bool:
+    for decorator in node.decorator_list:
+        if isinstance(decorator, ast.Call) and any(
+            k.arg == "frozen" and isinstance(k.value, ast.Constant) and k.value.value is True
+            for k in decorator.keywords
+        ):
+            return True
+    return any(
+        isinstance(st, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "model_config" for t in st.targets)
+        and "frozen=True" in ast.unparse(st.value)
+        for st in node.body
+    )
+
+
+def frozen_containers(root: Path, package: str = PACKAGE) -> set[str]:
+    """The names of the fields of frozen classes that are typed as a mutable container."""
+    names = set()
+    for path in module_files(root, package).values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and _is_frozen(node):
+                for st in node.body:
+                    if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+                        typed = {n.id for n in ast.walk(st.annotation) if isinstance(n, ast.Name)}
+                        if typed & MUTABLE:
+                            names.add(st.target.id)
+    return names
+
+
+def changes_in_place(root: Path, package: str = PACKAGE) -> list[str]:
+    """`module:line: code` for each item set, deleted or method called that changes in place
+    a container reached as `x.field`, where `field` is a frozen class's container field."""
+    fields = frozen_containers(root, package)
+    found = []
+    for name, path in module_files(root, package).items():
+        if name in IN_PLACE_ALLOWED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            held: list[ast.expr] = []
+            if isinstance(node, (ast.Assign, ast.Delete)):
+                held = [t.value for t in node.targets if isinstance(t, ast.Subscript)]
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Subscript):
+                held = [node.target.value]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                held = [node.func.value] if node.func.attr in MUTATORS else []
+            if any(isinstance(h, ast.Attribute) and h.attr in fields for h in held):
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_a_change_in_place_of_a_frozen_objects_container_is_found(tmp_path: Path) -> None:
+    root = write_tree(
+        tmp_path,
+        {
+            "autotune/__init__.py": "",
+            "autotune/m.py": (
+                "from dataclasses import dataclass\n"
+                "@dataclass(frozen=True)\nclass P:\n    slos: dict[str, float]\n"
+                "    n: int\n"
+                "class S(BaseModel):\n    model_config = ConfigDict(frozen=True)\n"
+                "    outputs: list[int]\n"
+            ),
+            "autotune/a.py": "plan.slos['x'] = 1.0\n",
+            "autotune/b.py": "ref.outputs[:] = new\n",
+            "autotune/c.py": "spec.slos.update(other)\n",
+            "autotune/d.py": "slos = dict(plan.slos)\nslos['x'] = 1.0\nplan.n = 2\nx.outputs\n",
+        },
+    )
+    found = [line.split(":")[0] for line in changes_in_place(root)]
+    assert found == ["autotune.a", "autotune.b", "autotune.c"]
+
+
+def test_no_frozen_objects_container_changes_in_place() -> None:
+    found = changes_in_place(ROOT)
+    assert not found, (
+        "a container of a frozen object changed in place (build it whole, or make a new "
+        "object with dataclasses.replace / model_copy):\n" + "\n".join(found)
+    )
+
+
 def test_no_test_module_imports_another() -> None:
     # Issue 33: shared stand-ins live in helper modules (tests/builders.py, study/fakes.py,
     # devices/fake_host.py) or conftests, never in a test module another one imports.

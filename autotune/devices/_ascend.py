@@ -74,7 +74,8 @@ class NpuSmiInfo:
 
 def parse_npu_smi_info(text: str) -> NpuSmiInfo:
     """Parse the plain `npu-smi info` table. Raises SmiParseError if it lists no NPU."""
-    info = NpuSmiInfo()
+    devices: list[NpuDevice] = []
+    idle_npus: list[int] = []
     in_processes = False
     has_container_pid = False
     pending: tuple[int, str, str] | None = None  # the NPU row waiting for its chip row
@@ -87,20 +88,20 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
             in_processes = True
             has_container_pid = "in container" in line
         elif in_processes:
-            _process_row(cells, has_container_pid, info, rows)
+            _process_row(cells, has_container_pid, idle_npus, rows)
         elif (match := _NPU_ROW.match(cells[0])) and len(cells) >= 2:
             pending = (int(match[1]), match[2], cells[1])
         elif pending and (match := _CHIP_ROW.match(cells[0])) and len(cells) >= 3:
-            info.devices.append(_device(pending, match, cells))
+            devices.append(_device(pending, match, cells))
             pending = None
-    if not info.devices:
+    if not devices:
         raise SmiParseError("npu-smi info lists no NPU")
-    chips = sorted(info.devices, key=lambda d: (d.npu, d.chip))
+    chips = sorted(devices, key=lambda d: (d.npu, d.chip))
     ids = {(d.npu, d.chip): k for k, d in enumerate(chips)}
     return NpuSmiInfo(
         devices=[replace(d, logical=ids[d.npu, d.chip]) for d in chips],
         processes=[replace(p, device=f"npu:{ids.get((npu, chip), npu)}") for npu, chip, p in rows],
-        idle_npus=info.idle_npus,
+        idle_npus=idle_npus,
     )
 
 
@@ -133,11 +134,11 @@ def _device(npu_row: tuple[int, str, str], chip: re.Match[str], cells: list[str]
 def _process_row(
     cells: list[str],
     has_container_pid: bool,
-    info: NpuSmiInfo,
+    idle_npus: list[int],
     rows: list[tuple[int, int, DeviceProcess]],
 ) -> None:
     if idle := _IDLE.search(cells[0]):
-        info.idle_npus.append(int(idle[1]))
+        idle_npus.append(int(idle[1]))
         return
     ids = _CHIP_ROW.match(cells[0])
     if ids is None or len(cells) < 4:

@@ -131,19 +131,21 @@ class NvmlReader:
         return [(int(major), int(minor)) for major, minor in caps]
 
     def topology(self) -> Topology:
-        topology = Topology()
+        links: dict[tuple[int, int], str] = {}
+        cpu_affinity: dict[int, str] = {}
+        numa_affinity: dict[int, int] = {}
         with self._handles() as handles:
             nvlinks = [self._nvlinks(h) for h in handles]
             buses = [_text(self._nvml.nvmlDeviceGetPciInfo(h).busId) for h in handles]
             for a, handle in enumerate(handles):
                 for b, peer in enumerate(handles):
                     if a != b:
-                        topology.links[(a, b)] = self._link(handle, peer, nvlinks[a], buses[b])
+                        links[(a, b)] = self._link(handle, peer, nvlinks[a], buses[b])
                 if cpus := self._cpus(handle):
-                    topology.cpu_affinity[a] = format_cpulist(cpus)
+                    cpu_affinity[a] = format_cpulist(cpus)
                 if (node := self._numa_node(handle)) is not None:
-                    topology.numa_affinity[a] = node
-        return topology
+                    numa_affinity[a] = node
+        return Topology(links, cpu_affinity, numa_affinity)
 
     def _link(self, handle: Any, peer: Any, nvlinks: list[str], peer_bus: str) -> str:
         nvml = self._nvml

@@ -117,20 +117,22 @@ def _build(header: list[str], rows: dict[int, list[str]]) -> Topology:
     has_cpu = words.startswith("CPU Affinity")
     has_numa = words.startswith("CPU Affinity NUMA Affinity")
     ids = {i: m[1] for i, name in enumerate(columns) if (m := _ROW_NAME.match(name))}
-    topology = Topology()
+    links: dict[tuple[int, int], str] = {}
+    cpu_affinity: dict[int, str] = {}
+    numa_affinity: dict[int, int] = {}
     for device, cells in rows.items():
         if len(cells) < len(columns):
             raise SmiParseError(f"topology row of device {device} has too few cells: {cells!r}")
         for index, column_id in ids.items():
             if int(column_id) != device:
-                topology.links[(device, int(column_id))] = cells[index]
+                links[(device, int(column_id))] = cells[index]
         rest = cells[len(columns) :]
         if has_cpu and rest and _is_cpulist(rest[0]):
-            topology.cpu_affinity[device] = rest[0]
+            cpu_affinity[device] = rest[0]
         numa = rest[1] if has_cpu and len(rest) > 1 else None
         if has_numa and numa is not None and numa.isdigit():
-            topology.numa_affinity[device] = int(numa)
-    return topology
+            numa_affinity[device] = int(numa)
+    return Topology(links, cpu_affinity, numa_affinity)
 
 
 def _is_cpulist(token: str) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +44,13 @@ MAX_TOKENS = 16
 Output = list[int] | str  # token ids, or the text where the engine gives no ids
 
 
-@dataclass
+@dataclass(frozen=True)
 class Reference:
-    """The baseline's greedy outputs once it is measured (empty before): filled in place, as
-    the study's bounds and every trial's workplan hold this one object."""
+    """The baseline's greedy outputs once it is measured (empty before). Immutable: the study
+    makes a new one when its baseline is measured, and each trial's workplan takes the one of
+    its moment."""
 
-    outputs: list[Output] = field(default_factory=list)
+    outputs: tuple[Output, ...] = ()
 
 
 class AgreementError(Exception):

@@ -343,7 +343,10 @@ class TuneSpec(BaseModel):
     def _served_name(self) -> TuneSpec:
         """`served_model_name` given as an engine option is the name clients send: the spec's
         own field, so that the load client asks for the name the engine serves."""
-        served = self.engine.options.pop("served_model_name", None)
+        options = dict(self.engine.options)
+        served = options.pop("served_model_name", None)
+        if "served_model_name" in self.engine.options:  # the engine's options without it
+            self._complete("engine", self.engine.model_copy(update={"options": options}))
         if isinstance(served, list):
             served = served[0] if served else None
         if served is None:

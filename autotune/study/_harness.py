@@ -250,7 +250,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         device_cost_per_hour=spec.device_cost_per_hour,
         load_client=spec.load_client,
         tokenizer=spec.model,
-        agreement=bounds.reference,
+        agreement=bounds.reference,  # the plan's at this moment; each measure takes its own
     )
     if spec.load_client == "vllm-bench":
         try:
@@ -271,7 +271,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     def measure_one(
         config: EngineConfig, trial_dir: Path, judge: Judge | None = None
     ) -> Measurement:
-        now = dataclasses.replace(plan, slos=bounds.values)
+        now = dataclasses.replace(plan, slos=bounds.values, agreement=bounds.reference)
         return measure(config, trial_dir, now, settings, judge=judge)
 
     # The baseline's p99s fix the bounds relative to it: the median of BASELINE_RUNS runs, not
@@ -283,7 +283,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     def measure_baseline(
         config: EngineConfig, trial_dir: Path, judge: Judge | None = None
     ) -> Measurement:
-        now = dataclasses.replace(base_plan, slos=bounds.values)
+        now = dataclasses.replace(base_plan, slos=bounds.values, agreement=bounds.reference)
         return measure(config, trial_dir, now, settings, judge=judge)
 
     return Harness(

@@ -16,9 +16,10 @@ every other trial's are compared with (`Reference`, shared with the workplan; th
 them in `agreement_reference`), and no other trial runs before they are known.
 
 The bounds are the study's, not the spec's: `StudyBounds` (one per harness) starts from the spec's
-SLOs (`vocab.slo.Slo`) and changes in one place, `fix`/`adopt`, each a new tuple of SLOs; the
-workload plan, the recorder and the pruning judge read `StudyBounds.values`, a new dict each
-time, so no dict is shared and changed under its holder. The spec is never changed.
+SLOs (`vocab.slo.Slo`) and changes in one place, `fix`/`fix_reference`/`adopt`, each a new
+tuple of SLOs or a new `Reference`; the workload plan of each trial, the recorder and the pruning
+judge read `StudyBounds.values` (a new dict each time) and `reference` at their moment, so
+nothing is shared and changed under its holder. The spec is never changed.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from autotune.vocab.slo import Slo, bounds_of, slos_of
 class StudyBounds:
     """A study's SLOs (`slos`: the spec's, each relative one fixed once the baseline measured
     it) and, with --min-agreement, the baseline's greedy outputs. Fixing a bound replaces
-    `slos` with new values; `values` is a new dict at each read, so no plan, recorder or judge
-    holds one that changes under it."""
+    `slos` with new values, and the outputs `reference` with a new one; `values` is a new dict
+    at each read, so no plan, recorder or judge holds one that changes under it."""
 
     slos: tuple[Slo, ...] = ()
     reference: Reference | None = None  # with --min-agreement: the baseline's greedy outputs
@@ -74,14 +75,13 @@ class StudyBounds:
         self.slos = tuple(fixed.get(s.metric, s) if s.bound is None else s for s in self.slos)
         outputs = facts.agreement_reference.outputs if facts.agreement_reference else None
         if self.reference_pending() and outputs:
-            assert self.reference is not None
-            self.reference.outputs[:] = outputs
+            self.reference = Reference(tuple(outputs))
         return not self.pending()
 
     def fix_reference(self, outputs: list[Any], trial: int) -> dict[str, Any]:
         """The baseline's greedy outputs become the reference; what to store."""
         assert self.reference is not None
-        self.reference.outputs[:] = outputs
+        self.reference = Reference(tuple(outputs))
         return {"trial": trial, "outputs": outputs}
 
     def fix(self, summary: Summary, trial: int) -> dict[str, Any]:
