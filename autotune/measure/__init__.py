@@ -7,15 +7,7 @@ objective and constraint values; profile a config (`profile_config`).
 """
 
 from autotune.measure._agreement import Agreement, Reference, agreement_of
-from autotune.measure._measure import (
-    Measure,
-    Measurement,
-    Workplan,
-    load_measurement,
-    measure,
-    resummarized,
-    save_measurement,
-)
+from autotune.measure._measure import Measure, Workplan, measure
 from autotune.measure._objectives import (
     AGREEMENT,
     ERROR_RATE,
@@ -25,6 +17,12 @@ from autotune.measure._objectives import (
     WORST_MINIMIZE,
     constraint_values,
     objective_values,
+)
+from autotune.measure._outcome import (
+    Measurement,
+    load_measurement,
+    resummarized,
+    save_measurement,
 )
 from autotune.measure._profile import ProfileError, ProfilePlan, profile_config
 from autotune.measure._prune import FrontPoint, Judge, PruneRule, make_judge

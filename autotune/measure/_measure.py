@@ -2,14 +2,13 @@
 
 The benchmark is guarded: it stops the moment the engine exits or logs a fatal error, when no
 token streams for `hang_s` while requests are in flight, or when it overruns `deadline_s`. The
-outcome is written to the trial folder (`measurement.json`) before anyone records it, so a
-measured trial survives a store that fails or a tuner that is killed right after it.
+outcome is written to the trial folder (`measurement.json`, `_outcome`) before anyone records
+it, so a measured trial survives a store that fails or a tuner that is killed right after it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import time
@@ -30,17 +29,9 @@ from autotune.bench import (
     Precision,
     RequestRecord,
     RequestSpec,
-    Summary,
     Timekeeping,
-    pooled_summary,
-    read_records,
     spread,
     summarize,
-    with_agreement,
-    with_cost,
-    with_intervals,
-    with_rates,
-    write_records,
 )
 from autotune.engine import (
     EngineConfig,
@@ -53,19 +44,22 @@ from autotune.engine import (
     run_offline,
 )
 from autotune.measure._agreement import (
-    Agreement,
     AgreementError,
-    Output,
     Reference,
     agreement_of,
     greedy_outputs,
-    read_outputs,
     write_outputs,
+)
+from autotune.measure._outcome import (
+    Measurement,
+    cut_short,
+    save_measurement,
+    summary_of,
+    write_trial_records,
 )
 from autotune.measure._prune import Judge
 from autotune.measure._runs import Runner, too_many_errors
 from autotune.store import Abort, Cost, TrialFacts
-from autotune.vocab import layout
 from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
@@ -112,33 +106,6 @@ class Workplan:
         return self.requests if run == 0 or self.rerun is None else self.rerun(run)
 
 
-@dataclass
-class Measurement:
-    """The outcome of one trial on the device."""
-
-    status: str
-    reason: str = ""
-    summary: Summary | None = None
-    engine: TrialFacts = field(default_factory=TrialFacts)
-    device_s: float = 0.0
-    log_tail: str = ""
-    teardown_error: str | None = None
-    spread: dict[str, float] = field(default_factory=dict)  # half-range over repeated runs
-    at_s: float | None = None  # when the benchmark ended (epoch s; None: when it is recorded)
-    # The records of the runs the summary is of (one, or `repeats`; a pruned run's finished
-    # requests), kept in memory so that new bounds re-summarize them without a read
-    # (`resummarized`); on disk they are `requests.jsonl` / `runs/`.
-    runs: list[list[RequestRecord]] = field(default_factory=list, repr=False, compare=False)
-    # With --min-agreement: the greedy outputs (`greedy.json`) and their agreement with the
-    # baseline's (None for the baseline until it is recorded as the reference).
-    greedy: list[Output] | None = field(default=None, repr=False, compare=False)
-    agreement: Agreement | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.summary is not None and self.status == TrialStatus.OK
-
-
 class Measure(Protocol):
     """The device work of one trial; `judge` (early stopping) may end its benchmark early."""
 
@@ -183,11 +150,11 @@ def measure(
             except LoadClientError as exc:  # the client itself failed: nothing was measured
                 _fail(result, Failure(TrialStatus.BENCHMARK_ERROR, str(exc)))
             except BenchmarkAborted as aborted:
-                _write_records(trial_dir, aborted.records)
+                write_trial_records(trial_dir, aborted.records)
                 result.engine.abort = Abort.now(str(aborted.abort.kind), aborted.abort.reason)
                 if aborted.abort.kind is AbortKind.PRUNED:  # the engine is fine: a normal stop
                     result.status, result.reason = TrialStatus.PRUNED, aborted.abort.reason
-                    result.runs = [[r for r in aborted.records if not _cut_short(r)]]
+                    result.runs = [[r for r in aborted.records if not cut_short(r)]]
                     planned = len(aborted.records)
                     if _lived_through(result, engine, plan, result.runs, planned):
                         result.summary = summary_of(result, plan.slos)
@@ -199,7 +166,7 @@ def measure(
                     tail = engine.failure(TrialStatus.HANG, grace_s=0).log_tail
                     _fail(result, Failure(TrialStatus.HANG, aborted.abort.reason, tail))
             else:
-                _write_records(trial_dir, done.records)
+                write_trial_records(trial_dir, done.records)
                 if _lived_through(result, engine, plan, done.runs or [done.records]):
                     result.engine.counters = counters.counted()
                     if plan.agreement is not None:  # after the counters: not measured traffic
@@ -293,7 +260,7 @@ def measure_offline(
         logger.error("%s", exc)
         result.teardown_error = str(exc)
     else:
-        _write_records(trial_dir, batch.records)
+        write_trial_records(trial_dir, batch.records)
         result.engine = TrialFacts(
             startup_s=round(batch.startup_s, 2),
             generate_s=round(batch.generate_s, 3),
@@ -311,13 +278,6 @@ def measure_offline(
     return result
 
 
-def _with_peak(summary: Summary, engine: TrialFacts) -> Summary:
-    peak = engine.peak_memory_bytes
-    if peak is None:
-        return summary
-    return summary.model_copy(update={"peak_memory_gib": round(peak / 2**30, 3)})
-
-
 class _Pruned(Exception):
     """The benchmark was stopped early by the judge (the engine is torn down normally)."""
 
@@ -326,113 +286,12 @@ def _finite(values: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in values.items() if math.isfinite(v)}
 
 
-def _cut_short(record: RequestRecord) -> bool:
-    return record.error is not None and record.error.startswith("aborted")
-
-
 def _cost(result: Measurement, config: EngineConfig, plan: Workplan) -> None:
     """With a device cost, the trial's cost_per_mtok: its devices (tensor x pipeline parallel;
     on CPU the host counts as one device per worker) at the measured throughput."""
     if plan.device_cost_per_hour is None:
         return
     result.engine.cost = Cost(per_device_hour=plan.device_cost_per_hour, devices=config.devices)
-
-
-def with_counters(summary: Summary, engine: TrialFacts) -> Summary:
-    """The summary with the rates of what the engine counted (`engine.counters`)."""
-    return with_rates(summary, engine.counters)
-
-
-def _with_capacity(summary: Summary, capacity: dict[str, Any]) -> Summary:
-    return summary.model_copy(update={"capacity_rps": float(capacity.get("rate") or 0.0)})
-
-
-def _write_records(trial_dir: Path, records: Sequence[RequestRecord]) -> None:
-    write_records(trial_dir / layout.REQUESTS, records)
-
-
-def save_measurement(trial_dir: Path, m: Measurement) -> None:
-    """Write the outcome next to the trial's log, atomically (a rename)."""
-    data = {
-        "status": m.status,
-        "reason": m.reason,
-        "engine": m.engine.stored(),
-        "device_s": m.device_s,
-        "log_tail": m.log_tail,
-        "teardown_error": m.teardown_error,
-        "spread": m.spread,
-        "agreement": m.agreement.to_dict() if m.agreement is not None else None,
-    }
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    tmp = trial_dir / (layout.MEASUREMENT + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(trial_dir / layout.MEASUREMENT)
-
-
-def load_measurement(trial_dir: Path, slos: Mapping[str, float]) -> Measurement | None:
-    """A trial's saved outcome, its summary rebuilt from `requests.jsonl`; None if absent."""
-    try:
-        data = json.loads((trial_dir / layout.MEASUREMENT).read_text())
-    except (OSError, ValueError):
-        return None
-    m = Measurement(
-        status=str(data.get("status", TrialStatus.CRASH)),
-        reason=str(data.get("reason", "")),
-        engine=TrialFacts.read(data.get("engine")),
-        device_s=float(data.get("device_s") or 0.0),
-        log_tail=str(data.get("log_tail") or ""),
-        teardown_error=data.get("teardown_error"),
-        spread=dict(data.get("spread") or {}),
-        greedy=read_outputs(trial_dir),
-        agreement=Agreement.read(data.get("agreement")),
-    )
-    if m.status in (TrialStatus.OK, TrialStatus.PRUNED):
-        try:
-            m.runs = _saved_runs(trial_dir, m)
-        except (OSError, ValueError):
-            return None
-        m.summary = summary_of(m, slos)
-    return m
-
-
-def _saved_runs(trial_dir: Path, m: Measurement) -> list[list[RequestRecord]]:
-    """The records `measure` kept of the runs its summary is of."""
-    if m.status == TrialStatus.PRUNED:
-        return [[r for r in read_records(trial_dir / layout.REQUESTS) if not _cut_short(r)]]
-    repeats = m.engine.repeats or 0
-    if repeats > 1:
-        folder = trial_dir / layout.RUNS_DIR
-        return [read_records(folder / layout.run_records(k)) for k in range(repeats)]
-    return [read_records(trial_dir / layout.REQUESTS)]
-
-
-def summary_of(m: Measurement, slos: Mapping[str, float]) -> Summary:
-    """The trial's summary, the one place it is made: its runs' records summarized within
-    `slos` (a run's batches pooled, `pooled_summary`), with each metric's 90% interval (not
-    for a capacity search, whose levels ran at different rates), then what its engine facts
-    add: the capacity
-    search's rate, the offline batch's peak memory, the rates of the engine's counters, the
-    cost per million tokens. `measure` and `load_measurement` (a folder read back) both end
-    here; so does `resummarized`, for bounds fixed after the run."""
-    summary = pooled_summary(m.runs or [[]], slos)
-    if m.engine.capacity is not None:
-        summary = _with_capacity(summary, m.engine.capacity)
-    elif m.runs:
-        summary = with_intervals(summary, m.runs)
-    summary = with_counters(_with_peak(summary, m.engine), m.engine)
-    if m.engine.cost is not None:
-        summary = with_cost(summary, m.engine.cost.per_device_hour, m.engine.cost.devices)
-    if m.agreement is not None:
-        summary = with_agreement(summary, m.agreement.exact, m.agreement.tokens)
-    return summary
-
-
-def resummarized(m: Measurement, slos: Mapping[str, float]) -> Measurement:
-    """`m` with its summary made again within `slos` from the records it holds (goodput
-    counts the requests within every bound); `m` itself where it holds none (a stand-in)."""
-    if m.summary is None or not m.runs:
-        return m
-    return dataclasses.replace(m, summary=summary_of(m, slos))
 
 
 def _fail(result: Measurement, failure: Failure) -> None:

@@ -19,8 +19,7 @@ from autotune.bench import (
 )
 from autotune.bench._records import read_records
 from autotune.engine import EngineConfig
-from autotune.measure import Workplan, measure, resummarized
-from autotune.measure._measure import load_measurement
+from autotune.measure import Workplan, load_measurement, measure, resummarized
 from autotune.vocab.status import TrialStatus
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny", args={"max_num_seqs": 4})

@@ -10,8 +10,7 @@ from support import fake_settings
 
 from autotune.bench import LoadProfile, Precision, RequestSpec
 from autotune.engine import EngineConfig
-from autotune.measure import Workplan, measure
-from autotune.measure._measure import load_measurement
+from autotune.measure import Workplan, load_measurement, measure
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny", args={"max_num_seqs": 8})
 ENV = {"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_STEP_S": "0.004"}

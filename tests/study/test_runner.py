@@ -423,7 +423,7 @@ def test_measured_trial_survives_a_tuner_killed_before_recording_it(
     make_spec: MakeSpec, space: SearchSpace, measure: FakeMeasure
 ) -> None:
     from autotune.bench import RequestRecord, write_records
-    from autotune.measure._measure import save_measurement
+    from autotune.measure import save_measurement
 
     def killed_after_measuring(i: int, config: EngineConfig) -> Measurement:
         if i == 1:
