@@ -10,6 +10,7 @@ import typer
 from autotune.cli import _spaces
 from autotune.cli._bench import bench
 from autotune.cli._common import InputError, check_bounded, checked_folder, cli_errors, console
+from autotune.cli._confirm import confirm
 from autotune.cli._dashboard import dashboard, report
 from autotune.cli._devices import devices
 from autotune.cli._doctor import doctor
@@ -19,7 +20,7 @@ from autotune.cli._profile import profile
 from autotune.cli._results import export, show
 from autotune.cli._size import size
 from autotune.cli._studies import studies
-from autotune.cli._tune import confirm, tune, worker
+from autotune.cli._tune import tune, worker
 from autotune.cli._usage import run
 from autotune.cli._version import print_version
 from autotune.inputs.limits import MAX_SEED

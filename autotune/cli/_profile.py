@@ -22,7 +22,7 @@ from autotune.cli._common import (
     setup_logging,
     worker_host,
 )
-from autotune.cli._tune import check_runnable, sigterm_as_interrupt
+from autotune.cli._running import check_runnable, sigterm_as_interrupt
 from autotune.engine import installed_vllm_version
 from autotune.inputs.limits import MAX_REQUESTS
 from autotune.measure import ProfileError, ProfilePlan, profile_config

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import shlex
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -18,7 +13,6 @@ from autotune.cli._baseline import read_baseline, with_baseline
 from autotune.cli._common import (
     EXIT_INFEASIBLE,
     InputError,
-    check_confirm,
     cli_errors,
     console,
     err_console,
@@ -28,17 +22,16 @@ from autotune.cli._common import (
     store_settings,
     worker_host,
 )
+from autotune.cli._confirm import run_confirm
 from autotune.cli._progress import event_printer, print_summary
-from autotune.cli._render import print_confirm, print_front, print_infeasible
+from autotune.cli._render import print_front, print_infeasible
+from autotune.cli._running import check_runnable, sigterm_as_interrupt
 from autotune.cli._tune_flags import parse_parallel, tune_overrides
 from autotune.devices import DevicePool, format_device_list
-from autotune.engine import DEFAULT_COMMAND, program_problem
-from autotune.measure import Measurement
+from autotune.engine import DEFAULT_COMMAND
 from autotune.spec import TuneSpec, check_request, load_spec
-from autotune.store import StudyStore, redact
+from autotune.store import redact
 from autotune.study import (
-    Confirmer,
-    Harness,
     StudyRunner,
     build_harness,
     check_warm_start,
@@ -60,6 +53,7 @@ DevicesOption = Annotated[
 
 
 def tune(
+    ctx: typer.Context,
     study: Annotated[
         str | None, typer.Option(help="Study name (continues an existing one)")
     ] = None,
@@ -237,7 +231,7 @@ def tune(
     """Tune a vLLM server: search the space, measure every trial, keep the Pareto front."""
     setup_logging(verbose)
     with cli_errors():
-        overrides = tune_overrides(locals())
+        overrides = tune_overrides(ctx.params)
         imported = read_baseline(baseline) if baseline is not None else None
         defaults = {"model": imported.model} if imported and imported.model else {}
         tune_spec = load_spec(spec, overrides, defaults)
@@ -279,28 +273,6 @@ def worker(
         tune_spec = load_spec(None, {**shared, **local})
         check_runnable(tune_spec)
         run_tune(tune_spec, join=True)
-
-
-def check_runnable(spec: TuneSpec) -> None:
-    """InputError when this host cannot start `spec`'s trials: its model path, or the program
-    its engine command (the offline batch program offline) starts (`engine.program_problem`),
-    before anything is created."""
-    check_model(spec.model)
-    offline = spec.scenario == "offline"
-    command = spec.engine.offline_command if offline else spec.engine.command
-    if (problem := program_problem(command)) is not None:
-        where = "engine.offline_command" if offline else "--engine-command (engine.command)"
-        raise InputError(f"{where}: {problem}")
-
-
-def check_model(model: str) -> None:
-    looks_local = model.startswith((".", "/", "~")) or Path(model).exists()
-    folder = Path(model).expanduser()
-    if looks_local and not (folder / "config.json").is_file():
-        if folder.exists():  # a folder of something else: never suggest writing into it
-            raise InputError(f"model path {model} has no config.json (not a Hugging Face model)")
-        hint = f"; create the demo model with `autotune make-tiny-model {shlex.quote(model)}`"
-        raise InputError(f"model path {model} does not exist{hint}")
 
 
 def run_tune(spec: TuneSpec, join: bool = False) -> None:
@@ -360,89 +332,7 @@ def percentile_warnings(spec: TuneSpec) -> list[str]:
     return lines
 
 
-def run_confirm(
-    harness: Harness, store: StudyStore, top: int, rounds: int, table: bool = True
-) -> None:
-    """The confirm step (see autotune.study._confirm), with progress and (`table`) its table."""
-    spec = harness.spec
-    console.print(
-        f"\nconfirm: the top {top} feasible configs and the baseline, {rounds} alternating rounds"
-    )
-
-    def progress(k: int, number: int, done: int, result: Measurement) -> None:
-        value = "-" if result.summary is None else f"{result.summary.output_throughput:,.0f} tok/s"
-        console.print(f"  round {k + 1}: trial {number} {result.status} {value}")
-
-    confirmer = Confirmer.of(harness, store, on_run=progress)
-    with sigterm_as_interrupt():
-        confirmer.run(top, rounds)
-    if table:
-        print_confirm(console, store.study_facts(spec.study))
-
-
-def confirm(
-    study: Annotated[str, typer.Argument(help="Study name")],
-    top: Annotated[int, typer.Option(help="Front configs to re-measure (plus the baseline)")] = 2,
-    rounds: Annotated[int, typer.Option(help="Alternating rounds, at most")] = 6,
-    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")] = (
-        None
-    ),
-    root: Annotated[Path, typer.Option(help="Folder for studies")] = Path("studies"),
-    while_running: Annotated[
-        bool,
-        typer.Option(
-            "--while-running",
-            help="Confirm a study that is still being tuned (its runs queue for the devices)",
-        ),
-    ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
-) -> None:
-    """Re-measure a study's best configs and its baseline side by side, in alternating rounds,
-    until a sequential interval decides: a config wins only on a gain over the baseline whose
-    interval (90% over every look) is above 0 and not within the smallest gain worth deploying."""
-    setup_logging(verbose)
-    with cli_errors():
-        check_confirm(top, rounds)
-        store = open_store(study, storage, root)
-        running = [t.number for t in store.trials(study) if t.status == "running"]
-        if running and not while_running:
-            raise InputError(
-                f"study {study!r} is still being tuned (trial {running[0]} is running): its "
-                "winner is not known yet; confirm it when the tune ends, or pass --while-running"
-            )
-        shared = store.study_facts(study).spec
-        if shared is None:
-            raise InputError(f"study {study!r} has no stored spec: it cannot be re-measured")
-        local = {"study": study, "root": root, "storage": storage}
-        spec = load_spec(None, {**shared, **local})
-        check_runnable(spec)
-        # The devices `--devices` gave the trials, leased as theirs were (`Harness.leased`).
-        run_confirm(build_harness(spec, host=worker_host()), store, top, rounds)
-
-
 def _ids(pool: DevicePool) -> str:
     if pool.platform == "cpu":
         return " | ".join(f"cores {device.cores}" for device in pool.devices)
     return format_device_list([device.id for device in pool.devices])
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a scheduler, `kill`) stops the study as Ctrl-C does: engine torn down, trial
-    recorded as interrupted, summary printed, exit 130. From the first SIGTERM on, SIGTERM is
-    ignored (SIG_IGN, which Python's exit does not reset as it resets a handler): a scheduler's
-    second one would cut the teardown short, or kill the exiting process with 143."""
-    stopping = False
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        if not stopping:
-            signal.signal(signal.SIGTERM, previous)

@@ -445,7 +445,7 @@ def test_a_full_disk_mid_study_is_one_line_and_keeps_every_measured_trial(
     cli: Invoke, tune_argv: TuneArgv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # ENOSPC from writing a trial's requests.jsonl was a chained traceback of 140 lines.
-    import autotune.measure._measure as measure_module
+    import autotune.measure._outcome as measure_module
 
     real, calls = measure_module.write_records, []
 
