@@ -43,6 +43,7 @@ from autotune.study import (
     build_harness,
     check_warm_start,
 )
+from autotune.vocab.platform import Platform
 
 
 def _spec(field: str) -> str:
@@ -421,7 +422,7 @@ def confirm(
 
 
 def _ids(pool: DevicePool) -> str:
-    if pool.platform == "cpu":
+    if pool.platform == Platform.CPU:
         return " | ".join(f"cores {device.cores}" for device in pool.devices)
     return format_device_list([device.id for device in pool.devices])
 
