@@ -529,6 +529,69 @@ def test_no_frozen_objects_container_changes_in_place() -> None:
     )
 
 
+PLATFORM_WORDS = frozenset({"ascend", "cuda", "cpu", "npu"})
+PLATFORM_OWNER = "autotune.vocab.platform"
+
+
+def _platform_named(node: ast.expr) -> bool:
+    """A name or attribute that holds a platform by its name: `platform`, `space.platform`."""
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+    return "platform" in name.lower()
+
+
+def _platform_words(node: ast.expr) -> bool:
+    """A string constant of PLATFORM_WORDS, or a tuple, list or set holding one (`in (...)`)."""
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return any(isinstance(i, ast.Constant) and i.value in PLATFORM_WORDS for i in items)
+
+
+def bare_platform_compares(root: Path, package: str = PACKAGE) -> list[str]:
+    """`module:line` for each comparison of a platform with a bare string.
+
+    The platform is one typed value, `autotune.vocab.platform.Platform`; code compares with
+    its members (`platform == Platform.CPU`). Narrow on purpose, so that it never flags a
+    "cpu" that is a torch device or a vLLM option value: a `Compare` is flagged only where
+    one side is a name or attribute whose name contains "platform" and another side is one of
+    the words "ascend", "cuda", "cpu", "npu" (or a tuple, list or set holding one). "any", a
+    space's platform for whichever accelerator the host has, is not a platform member and is
+    left alone; so are `sys.platform` checks, which compare with other words.
+    """
+    found = []
+    for name, path in module_files(root, package).items():
+        if name == PLATFORM_OWNER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            if any(_platform_named(s) for s in sides) and any(_platform_words(s) for s in sides):
+                found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_a_bare_platform_compare_is_found(tmp_path: Path) -> None:
+    root = write_tree(
+        tmp_path,
+        {
+            "autotune/__init__.py": "",
+            "autotune/a.py": "if platform == 'cpu':\n    pass\n",
+            "autotune/b.py": "ok = space.platform in ('cuda', 'any')\n",
+            "autotune/c.py": "ok = 'npu' != inventory.platform\n",
+            "autotune/d.py": "ok = platform == Platform.CPU or platform == 'any'\n",
+            "autotune/e.py": "ok = device == 'cpu' or sys.platform == 'linux'\n",
+        },
+    )
+    assert bare_platform_compares(root) == ["autotune.a:1", "autotune.b:1", "autotune.c:1"]
+
+
+def test_the_platform_is_compared_by_its_members() -> None:
+    found = bare_platform_compares(ROOT)
+    assert not found, (
+        "a platform compared with a bare string (use autotune.vocab.platform.Platform):\n"
+        + "\n".join(found)
+    )
+
+
 def test_no_test_module_imports_another() -> None:
     # Issue 33: shared stand-ins live in helper modules (tests/builders.py, study/fakes.py,
     # devices/fake_host.py) or conftests, never in a test module another one imports.

@@ -14,6 +14,7 @@ from autotune.cli._common import InputError, cli_errors, console, open_store
 from autotune.cli._table import Format
 from autotune.inputs.yamlfile import load_yaml
 from autotune.store import StudyFacts
+from autotune.vocab.platform import Platform
 from autotune.vocab.slo import bounds_of
 
 StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
@@ -52,7 +53,7 @@ def predict(
         if facts.scenario == "offline" or facts.capacity:
             raise InputError("the engine model replays an online load at a fixed rate only")
         load = LoadProfile.model_validate(facts.load or {"rate": 8.0})
-        model = study_model(records, load, facts.platform or "cpu")
+        model = study_model(records, load, facts.platform or Platform.CPU)
         if model is None:
             raise InputError(
                 f"study {study!r} has no measured trial whose request records and logged KV "

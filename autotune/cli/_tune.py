@@ -36,6 +36,7 @@ from autotune.study import (
     build_harness,
     check_warm_start,
 )
+from autotune.vocab.platform import Platform
 
 
 def _spec(field: str) -> str:
@@ -333,6 +334,6 @@ def percentile_warnings(spec: TuneSpec) -> list[str]:
 
 
 def _ids(pool: DevicePool) -> str:
-    if pool.platform == "cpu":
+    if pool.platform == Platform.CPU:
         return " | ".join(f"cores {device.cores}" for device in pool.devices)
     return format_device_list([device.id for device in pool.devices])

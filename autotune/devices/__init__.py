@@ -22,7 +22,7 @@ from autotune.devices._host import (
     vllm_distributions,
 )
 from autotune.devices._hostlock import HostHold, hold_host
-from autotune.devices._inventory import PLATFORMS, Device, DeviceError, Inventory, Platform
+from autotune.devices._inventory import Device, DeviceError, Inventory
 from autotune.devices._lanes import plan_lanes
 from autotune.devices._memory import device_memory, gpu_compute_capability
 from autotune.devices._numa import format_cpulist, parse_cpulist
@@ -58,6 +58,7 @@ from autotune.devices._selection import (
     select_devices,
 )
 from autotune.devices._topology import NPU_SMI_TOPO, NVIDIA_TOPO, Topology, parse_topology
+from autotune.vocab.platform import PLATFORMS, AnyPlatform, Platform
 
 __all__ = [
     "NPU_SMI_INFO",
@@ -67,6 +68,7 @@ __all__ = [
     "NVIDIA_GPU_QUERY",
     "NVIDIA_TOPO",
     "PLATFORMS",
+    "AnyPlatform",
     "Device",
     "DeviceError",
     "DeviceMemory",

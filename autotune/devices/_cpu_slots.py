@@ -22,6 +22,7 @@ from pathlib import Path
 
 from autotune.devices._inventory import Device, DeviceError, Inventory
 from autotune.devices._numa import core_groups, format_cpulist, parse_cpulist
+from autotune.vocab.platform import Platform
 
 
 @dataclass
@@ -35,7 +36,7 @@ def split_cpu(
     inventory: Inventory, slots: int, *, reserve: int = 0, root: Path = Path("/")
 ) -> Inventory:
     """The CPU inventory as `slots` disjoint core sets (devices 0..slots-1), split as above."""
-    if inventory.platform != "cpu":
+    if inventory.platform != Platform.CPU:
         raise DeviceError(
             f"only a CPU inventory is split into core slots, not {inventory.platform}"
         )
@@ -60,7 +61,7 @@ def split_cpu(
         devices = [dev for node in nodes for dev in _node_slots(node)]
     numbered = [Device(i, d.name, d.total_bytes, d.used_bytes, "cpu", d.numa_node, d.cores)
                 for i, d in enumerate(devices)]  # fmt: skip
-    return Inventory("cpu", numbered)
+    return Inventory(Platform.CPU, numbered)
 
 
 def _reserve(nodes: list[_Node], reserve: int) -> None:

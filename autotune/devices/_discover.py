@@ -26,11 +26,17 @@ from autotune.devices._numa import (
 from autotune.devices._nvml import nvidia_reader
 from autotune.devices._records import Runner, SmiParseError, run_tool
 from autotune.devices._topology import NPU_SMI_TOPO, Topology, parse_topology, renumbered
+from autotune.vocab.platform import Platform
 
 logger = logging.getLogger(__name__)
 
-_TOOLS = {"ascend": "npu-smi", "cuda": "nvidia-smi"}
-_ORDER = {"auto": ("ascend", "cuda"), "ascend": ("ascend",), "cuda": ("cuda",), "cpu": ()}
+_TOOLS = {Platform.ASCEND: "npu-smi", Platform.CUDA: "nvidia-smi"}
+_ORDER: dict[str, tuple[Platform, ...]] = {
+    "auto": (Platform.ASCEND, Platform.CUDA),
+    Platform.ASCEND: (Platform.ASCEND,),
+    Platform.CUDA: (Platform.CUDA,),
+    Platform.CPU: (),
+}
 _TOOL_ERRORS = (subprocess.SubprocessError, SmiParseError, OSError)
 
 
@@ -48,9 +54,9 @@ def discover(
     if platform not in _ORDER:
         raise DeviceError(f"unknown platform {platform!r}: expected auto, cpu, cuda or ascend")
     runner = run or run_tool
-    readers: dict[str, Callable[[Runner, Path], Inventory]] = {
-        "ascend": _ascend_inventory,
-        "cuda": _cuda_inventory,
+    readers: dict[Platform, Callable[[Runner, Path], Inventory]] = {
+        Platform.ASCEND: _ascend_inventory,
+        Platform.CUDA: _cuda_inventory,
     }
     for candidate in _ORDER[platform]:
         tool, level = _TOOLS[candidate], logging.WARNING
@@ -94,7 +100,7 @@ def _ascend_inventory(run: Runner, root: Path) -> Inventory:
             name = chip.name if chip.id == chip.npu else f"{chip.name} (npu-smi NPU {chip.npu})"
         memory = (chip.hbm_total_bytes, chip.hbm_used_bytes)
         devices.append(_accelerator(chip.id, name, "npu", memory, topology, nodes))
-    return Inventory("ascend", devices, topology)
+    return Inventory(Platform.ASCEND, devices, topology)
 
 
 def _cuda_inventory(run: Runner, root: Path) -> Inventory:
@@ -107,7 +113,7 @@ def _cuda_inventory(run: Runner, root: Path) -> Inventory:
         _accelerator(gpu.index, gpu.name, "gpu", (gpu.total_bytes, gpu.used_bytes), topology, nodes)
         for gpu in gpus
     ]
-    return Inventory("cuda", devices, topology, source=reader.source)
+    return Inventory(Platform.CUDA, devices, topology, source=reader.source)
 
 
 def _accelerator(
@@ -151,7 +157,7 @@ def _cpu_inventory(root: Path) -> Inventory:
         )
     if not devices:
         raise DeviceError("no CPU of any NUMA node is available to this process")
-    return Inventory("cpu", devices)
+    return Inventory(Platform.CPU, devices)
 
 
 def _cpu_model(root: Path) -> str:

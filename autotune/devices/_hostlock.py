@@ -38,6 +38,7 @@ from pathlib import Path
 
 from autotune.devices._inventory import Device
 from autotune.devices._numa import parse_cpulist
+from autotune.vocab.platform import Platform
 
 logger = logging.getLogger(__name__)
 LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"  # where the lock files are (tests: a folder of their own)
@@ -62,7 +63,7 @@ def device_keys(platform: str, devices: Iterable[Device]) -> list[str]:
     """The lock keys of `devices`: each core of a CPU device, else each accelerator's id."""
     keys: list[str] = []
     for d in devices:
-        if platform == "cpu" and d.cores:
+        if platform == Platform.CPU and d.cores:
             keys += [f"cpu-core-{c}" for c in parse_cpulist(d.cores)]
         else:
             keys.append(f"{platform}-{d.id}")

@@ -6,14 +6,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from autotune.devices._topology import Topology
+from autotune.vocab.platform import Platform
 
-Platform = Literal["ascend", "cuda", "cpu"]
 DeviceKind = Literal["npu", "gpu", "cpu"]
-PLATFORMS: tuple[Platform, ...] = ("ascend", "cuda", "cpu")
 
 # The variable each platform's runtime reads for the devices a process may use: a user on a
 # shared host sets it for every program, and a lease sets it for each trial.
-VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "ascend": "ASCEND_RT_VISIBLE_DEVICES"}
+VISIBLE_DEVICES: dict[str, str] = {  # keyed by Platform members
+    Platform.CUDA: "CUDA_VISIBLE_DEVICES",
+    Platform.ASCEND: "ASCEND_RT_VISIBLE_DEVICES",
+}
 
 
 class DeviceError(ValueError):
@@ -55,8 +57,13 @@ class Inventory:
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "platform", Platform(self.platform))  # "cpu" read back too
         if not self.source:
-            default = {"ascend": "npu-smi", "cuda": "nvidia-smi", "cpu": "NUMA nodes"}
+            default = {
+                Platform.ASCEND: "npu-smi",
+                Platform.CUDA: "nvidia-smi",
+                Platform.CPU: "NUMA nodes",
+            }
             object.__setattr__(self, "source", default[self.platform])
 
     @property
@@ -71,4 +78,4 @@ class Inventory:
 
     def to_dict(self) -> dict[str, object]:
         """The platform and devices as plain JSON-ready values."""
-        return {"platform": self.platform, "devices": [d.to_dict() for d in self.devices]}
+        return {"platform": self.platform.value, "devices": [d.to_dict() for d in self.devices]}

@@ -18,12 +18,13 @@ from autotune.devices._pool import DevicePool
 from autotune.devices._records import DeviceProcess, Runner, run_tool
 from autotune.devices._release import process_reader
 from autotune.devices._selection import discover_selected, select_devices
+from autotune.vocab.platform import AnyPlatform, Platform
 
 logger = logging.getLogger(__name__)
 
 
 def plan_lanes(
-    platform: str,
+    platform: AnyPlatform,
     parallel: int | str,
     devices: str | None = None,
     *,
@@ -37,12 +38,12 @@ def plan_lanes(
     cannot give what was asked."""
     if parallel != "auto" and (not isinstance(parallel, int) or parallel < 1):
         raise DeviceError(f"--parallel must be a number >= 1 or auto, not {parallel!r}")
-    if platform == "cpu" and parallel == 1 and devices is None:
+    if platform == Platform.CPU and parallel == 1 and devices is None:
         return None, 1
     inventory = discover_selected(
         "auto" if platform == "any" else platform, devices, run=run, root=root
     )
-    if inventory.platform == "cpu":
+    if inventory.platform == Platform.CPU:
         lanes = len(inventory.devices) if parallel == "auto" else int(parallel)
         return DevicePool(split_cpu(inventory, lanes, root=root)), lanes
     inventory = without_busy(inventory, busy_share, run or run_tool)
@@ -62,7 +63,7 @@ def without_busy(inventory: Inventory, busy_share: float, run: Runner) -> Invent
     few hundred MB) and no process listed on it. One line per device left out; DeviceError
     when none is left."""
     held = {p.device for p in _processes(inventory.platform, run)}
-    prefix = "cuda" if inventory.platform == "cuda" else "npu"
+    prefix = "cuda" if inventory.platform == Platform.CUDA else "npu"
     busy: dict[int, str] = {}
     for d in inventory.devices:
         if d.total_bytes and d.used_bytes is not None and d.used_bytes > busy_share * d.total_bytes:
@@ -87,7 +88,7 @@ def without_busy(inventory: Inventory, busy_share: float, run: Runner) -> Invent
     return select_devices(inventory, free)
 
 
-def _processes(platform: str, run: Runner) -> list[DeviceProcess]:
+def _processes(platform: Platform, run: Runner) -> list[DeviceProcess]:
     """The processes the device tool lists (none where it cannot list them)."""
     try:
         return process_reader(platform, run)()

@@ -11,6 +11,7 @@ from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
 from autotune.devices._cpu import cpu_memory
 from autotune.devices._nvml import nvidia_reader
 from autotune.devices._records import DeviceMemory, Runner, SmiParseError, run_tool
+from autotune.vocab.platform import AnyPlatform, Platform
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ class _NotInstalled(Exception):
 
 
 def device_memory(
-    platform: str,
+    platform: AnyPlatform,
     ids: Sequence[int] | None = None,
     *,
     run: Runner | None = None,
@@ -34,8 +35,13 @@ def device_memory(
     `platform` is `cpu`, `cuda`, `ascend` or `any` (the GPU or NPU whose tool is installed,
     else the CPU). None when the tool fails or reports no memory: then nothing is estimated.
     """
-    tools = {"cuda": _gpus, "ascend": _npus}
-    order = {"cuda": ["cuda"], "ascend": ["ascend"], "any": ["cuda", "ascend"], "cpu": []}
+    tools = {Platform.CUDA: _gpus, Platform.ASCEND: _npus}
+    order: dict[str, list[Platform]] = {
+        Platform.CUDA: [Platform.CUDA],
+        Platform.ASCEND: [Platform.ASCEND],
+        "any": [Platform.CUDA, Platform.ASCEND],
+        Platform.CPU: [],
+    }
     if platform not in order:
         raise ValueError(f"unknown platform {platform!r}: expected cpu, cuda, ascend or any")
     for candidate in order[platform]:
@@ -47,7 +53,7 @@ def device_memory(
             logger.warning("cannot read %s device memory: %s", candidate, err)
             return None
         return _tightest(memories, ids)
-    if platform != "any" and platform != "cpu":
+    if platform != "any" and platform != Platform.CPU:
         logger.warning("no device tool for %s is installed: memory unknown", platform)
         return None
     return cpu_memory(0, root)

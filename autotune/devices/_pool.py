@@ -17,16 +17,10 @@ from collections.abc import Hashable, Sequence
 from types import TracebackType
 
 from autotune.devices._hostlock import POLL_S, HostHold, device_keys, owner, try_hold
-from autotune.devices._inventory import (
-    VISIBLE_DEVICES,
-    Device,
-    DeviceError,
-    DeviceKind,
-    Inventory,
-    Platform,
-)
+from autotune.devices._inventory import VISIBLE_DEVICES, Device, DeviceError, DeviceKind, Inventory
 from autotune.devices._placement import nearest_set, pair_cost
 from autotune.devices._topology import Topology
+from autotune.vocab.platform import Platform
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +53,10 @@ class Lease:
         """
         platform = self._pool.platform
         ids = ",".join(str(i) for i in self.ids)
-        if platform == "ascend":
-            return {VISIBLE_DEVICES["ascend"]: ids}
-        if platform == "cuda":
-            return {VISIBLE_DEVICES["cuda"]: ids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        if platform == Platform.ASCEND:
+            return {VISIBLE_DEVICES[platform]: ids}
+        if platform == Platform.CUDA:
+            return {VISIBLE_DEVICES[platform]: ids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(d.cores or "" for d in self.devices)}
 
     def release(self) -> None:
@@ -82,7 +76,7 @@ class Lease:
         self.release()
 
     def __repr__(self) -> str:
-        return f"Lease(ids={self.ids}, platform={self._pool.platform!r})"
+        return f"Lease(ids={self.ids}, platform={str(self._pool.platform)!r})"
 
 
 class DevicePool:
@@ -106,13 +100,14 @@ class DevicePool:
             listed = list(devices.devices)
             self.topology = topology or devices.topology
         else:
-            if platform not in ("ascend", "cuda"):
+            if platform not in (Platform.ASCEND, Platform.CUDA):
+                given = platform and str(platform)  # 'cpu', not <Platform.CPU: 'cpu'>
                 raise DeviceError(
-                    f"a pool of plain ids needs platform ascend or cuda, not {platform!r} "
+                    f"a pool of plain ids needs platform ascend or cuda, not {given!r} "
                     f"(a CPU pool is built from an inventory: its devices carry the cores)"
                 )
-            self.platform = platform
-            kind: DeviceKind = "npu" if platform == "ascend" else "gpu"
+            self.platform = Platform(platform)
+            kind: DeviceKind = "npu" if self.platform == Platform.ASCEND else "gpu"
             listed = [Device(i, f"device {i}", None, None, kind) for i in devices]
             self.topology = topology
         self._devices = {d.id: d for d in listed}

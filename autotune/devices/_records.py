@@ -7,6 +7,8 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from autotune.vocab.platform import Platform
+
 Runner = Callable[[list[str]], str]  # a device tool's argv -> its stdout
 TOOL_TIMEOUT_S = 10.0
 MIB = 1 << 20  # nvidia-smi reports MiB; npu-smi's "MB" columns are MiB too (HBM 65536 = 64 GiB)
@@ -30,9 +32,10 @@ class DeviceMemory:
     available_bytes: int
 
     @property
-    def platform(self) -> str:
+    def platform(self) -> Platform:
         """The vLLM platform whose memory checks apply here: cpu, cuda or ascend."""
-        return {"cuda": "cuda", "npu": "ascend"}.get(self.device.split(":")[0], "cpu")
+        prefixes = {"cuda": Platform.CUDA, "npu": Platform.ASCEND}
+        return prefixes.get(self.device.split(":")[0], Platform.CPU)
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,16 @@ from autotune.devices._inventory import VISIBLE_DEVICES
 from autotune.devices._nvidia import gpu_devices
 from autotune.devices._nvml import nvidia_reader
 from autotune.devices._records import DeviceProcess, Runner, SmiParseError, run_tool
+from autotune.vocab.platform import AnyPlatform, Platform
 
 logger = logging.getLogger(__name__)
 
-_TOOLS = {"cuda": "nvidia-smi", "ascend": "npu-smi"}
-_CANDIDATES = {"cuda": ("cuda",), "ascend": ("ascend",), "any": ("cuda", "ascend")}
+_TOOLS = {Platform.CUDA: "nvidia-smi", Platform.ASCEND: "npu-smi"}
+_CANDIDATES: dict[str, tuple[Platform, ...]] = {
+    Platform.CUDA: (Platform.CUDA,),
+    Platform.ASCEND: (Platform.ASCEND,),
+    "any": (Platform.CUDA, Platform.ASCEND),
+}
 SLACK_BYTES = 512 << 20  # memory above the level before the launch that counts as released
 
 
@@ -50,7 +55,7 @@ class ReleaseResult:
 
 
 def wait_released(
-    platform: str,
+    platform: AnyPlatform,
     pids: Collection[int],
     devices: Sequence[str] | None,
     timeout_s: float,
@@ -80,7 +85,7 @@ def wait_released(
 
 
 def _pids_released(
-    platform: str,
+    platform: AnyPlatform,
     pids: Collection[int],
     devices: Sequence[str] | None,
     timeout_s: float,
@@ -89,7 +94,7 @@ def _pids_released(
     sleep: Callable[[float], None],
     poll_s: float,
 ) -> ReleaseResult:
-    if platform == "cpu":
+    if platform == Platform.CPU:
         return ReleaseResult(released=True, waited_s=0.0, note="cpu: no device memory")
     if platform not in _CANDIDATES:
         raise ValueError(f"unknown platform {platform!r}: expected cpu, cuda, ascend or any")
@@ -110,7 +115,7 @@ def _pids_released(
 class _Poll:
     """Polling one tool for the processes of `wanted` on the devices `on`."""
 
-    platform: str
+    platform: Platform
     run: Runner
     wanted: frozenset[int]
     on: frozenset[str] | None
@@ -153,9 +158,9 @@ class _Poll:
         return on_device and process.is_one_of(self.wanted)
 
 
-def process_reader(platform: str, run: Runner) -> Callable[[], list[DeviceProcess]]:
+def process_reader(platform: Platform, run: Runner) -> Callable[[], list[DeviceProcess]]:
     """Reads the processes on the host's GPUs (`cuda`) or NPUs (`ascend`)."""
-    return _cuda_reader(run) if platform == "cuda" else _ascend_reader(run)
+    return _cuda_reader(run) if platform == Platform.CUDA else _ascend_reader(run)
 
 
 def _cuda_reader(run: Runner) -> Callable[[], list[DeviceProcess]]:
@@ -176,7 +181,7 @@ def _ascend_reader(run: Runner) -> Callable[[], list[DeviceProcess]]:
 
 
 def memory_before_launch(
-    platform: str, env: Mapping[str, str], run: Runner | None = None
+    platform: AnyPlatform, env: Mapping[str, str], run: Runner | None = None
 ) -> dict[str, int]:
     """`used_memory` of the devices an engine started with `env` will see (its
     `CUDA_VISIBLE_DEVICES` / `ASCEND_RT_VISIBLE_DEVICES`; every device without one): the
@@ -185,19 +190,19 @@ def memory_before_launch(
     visible = env.get(VISIBLE_DEVICES.get(platform, ""), None)
     if visible is None:
         return used
-    prefix = "cuda" if platform == "cuda" else "npu"
+    prefix = "cuda" if platform == Platform.CUDA else "npu"
     names = {f"{prefix}:{item.strip()}" for item in visible.split(",") if item.strip()}
     return {name: level for name, level in used.items() if name in names}
 
 
-def used_memory(platform: str, run: Runner | None = None) -> dict[str, int]:
+def used_memory(platform: AnyPlatform, run: Runner | None = None) -> dict[str, int]:
     """Bytes in use per device name (`cuda:0`, `npu:3`), as the tool reports them; {} on CPU,
     and where the tool is missing or fails (then nothing is waited for by memory)."""
-    if platform not in ("cuda", "ascend"):
+    if platform not in (Platform.CUDA, Platform.ASCEND):
         return {}
     runner = run or run_tool
     try:
-        if platform == "cuda":
+        if platform == Platform.CUDA:
             gpus = nvidia_reader(runner).gpus()
             return {g.device: g.used_bytes for g in gpus if g.used_bytes is not None}
         npus = parse_npu_smi_info(runner(list(NPU_SMI_INFO))).devices
@@ -208,7 +213,7 @@ def used_memory(platform: str, run: Runner | None = None) -> dict[str, int]:
 
 
 def _memory_back(
-    platform: str,
+    platform: AnyPlatform,
     before: Mapping[str, int],
     timeout_s: float,
     run: Runner,

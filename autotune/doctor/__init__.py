@@ -32,6 +32,7 @@ from autotune.doctor._leftovers import engines_check, shm_check
 from autotune.doctor._model import model_check
 from autotune.doctor._records import Check, HostInputs, Status
 from autotune.doctor._storage import storage_check
+from autotune.vocab.platform import Platform
 
 __all__ = ["Check", "HostInputs", "Status", "run_checks"]
 
@@ -44,9 +45,9 @@ def run_checks(
     host = host or HostInputs()
     inventory, devices = platform_check(host)
     flags = cpu_flags(host.root)
-    kind = inventory.platform if inventory else "cpu"
+    kind = inventory.platform if inventory else Platform.CPU
     checks = [python_check(), vllm_check(kind), plugin_check(flags), devices]
-    if kind == "cpu":
+    if kind == Platform.CPU:
         checks.append(isa_check(flags))
     checks += [ports_check(host.loopback), storage_check(storage, root)]
     if model is not None:

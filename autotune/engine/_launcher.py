@@ -33,6 +33,7 @@ from autotune.engine._failures import Failure, classify_exit, served_failure
 from autotune.engine._ports import free_port
 from autotune.engine._supervise import LogWatch, Spawned, read_log, spawn, substitute
 from autotune.vocab import layout
+from autotune.vocab.platform import AnyPlatform, Platform
 from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class LaunchSettings:
     # After a fatal log line, how long the engine may take to exit and finish its log.
     fatal_grace_s: float = 2.0
     # cpu | cuda | ascend: on cuda and ascend, teardown waits for the devices' memory.
-    platform: str = "cpu"
+    platform: AnyPlatform = Platform.CPU
     release_timeout_s: float = 120.0
     # Set from another thread to stop this engine as Ctrl-C would (parallel trials: the signal
     # reaches the main thread only). Checked while waiting for readiness and while measuring.

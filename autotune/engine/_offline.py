@@ -44,6 +44,7 @@ from autotune.engine._offline_main import READY_MARK
 from autotune.engine._options import SERVER_OPTIONS
 from autotune.engine._supervise import LogWatch, Spawned, read_log, spawn, substitute
 from autotune.vocab import layout
+from autotune.vocab.platform import AnyPlatform, Platform
 from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
@@ -306,7 +307,7 @@ class PeakMemory:
     def __init__(
         self,
         spawned: Spawned,
-        platform: str,
+        platform: AnyPlatform,
         *,
         run: Runner = run_tool,
         clock: Callable[[], float] = time.monotonic,
@@ -323,7 +324,7 @@ class PeakMemory:
         self._procs: list[psutil.Process] = []
         self._tree_at: float | None = None
         self._device_at: float | None = None
-        self._tool_works = platform in ("cuda", "ascend")
+        self._tool_works = platform in (Platform.CUDA, Platform.ASCEND)
 
     def sample(self) -> None:
         now = self.clock()
@@ -331,7 +332,7 @@ class PeakMemory:
             leader = self.spawned.process.pid
             self._procs = [p for p in self.spawned.tree() if p.pid != leader]
             self._tree_at = now
-        if self.platform == "cpu":
+        if self.platform == Platform.CPU:
             self._note(_summed_rss(self._procs))
         elif self._tool_works and (
             self._device_at is None or now - self._device_at >= self.device_every_s
@@ -345,7 +346,7 @@ class PeakMemory:
 
     def _device_bytes(self, pids: set[int]) -> int | None:
         try:
-            if self.platform == "cuda":
+            if self.platform == Platform.CUDA:
                 listed = nvidia_reader(self.run).apps()
             else:
                 listed = parse_npu_smi_info(self.run(list(NPU_SMI_INFO))).processes

@@ -34,6 +34,7 @@ from autotune.engine._cleanup import remove_leaked_shm, shm_used_by
 from autotune.engine._failures import FATAL_OVERLAP, Failure, fatal_failure
 from autotune.engine._ports import wait_port_free
 from autotune.vocab import layout
+from autotune.vocab.platform import AnyPlatform
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class TeardownSettings(Protocol):
         """Where a server's port is checked to be free again."""
 
     @property
-    def platform(self) -> str:
+    def platform(self) -> AnyPlatform:
         """cpu | cuda | ascend: on cuda and ascend, teardown waits for the devices' memory."""
 
     @property

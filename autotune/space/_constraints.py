@@ -16,6 +16,7 @@ from typing import Any
 from autotune.space._knob_rules import KNOB_RULES
 from autotune.space._layout_rules import LAYOUT_RULES
 from autotune.space._setting import ModelInfo, Setting
+from autotune.vocab.platform import AnyPlatform, Platform
 
 Rule = Callable[[Setting], str | None]
 
@@ -61,7 +62,7 @@ def _tp_vs_heads(s: Setting) -> str | None:
 
 def _cpu_block_size(s: Setting) -> str | None:
     block = s.options.get("block_size")
-    if s.platform == "cpu" and block is not None and int(block) % 32:
+    if s.platform == Platform.CPU and block is not None and int(block) % 32:
         return f"block_size ({block}) must be a multiple of 32 on CPU"
     return None
 
@@ -174,7 +175,10 @@ RULES: dict[str, Rule] = {
 
 
 def check_constraints(
-    options: dict[str, Any], model: ModelInfo | None, devices: int = 1, platform: str = "any"
+    options: dict[str, Any],
+    model: ModelInfo | None,
+    devices: int = 1,
+    platform: AnyPlatform = "any",
 ) -> list[str]:
     """Human-readable violations of vLLM's hard constraints; empty when feasible.
 

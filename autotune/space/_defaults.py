@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.vocab.platform import Platform
+
 VLLM_DEFAULT = "vllm_default"
 OPTIONS = ("max_num_seqs", "max_num_batched_tokens")
 GIB = 1 << 30
@@ -46,7 +48,7 @@ def batch_defaults(
 ) -> dict[str, int]:
     """`{max_num_seqs, max_num_batched_tokens}` as vLLM 0.32 picks them (see the table)."""
     server = scenario != "offline"
-    if platform == "cpu":
+    if platform == Platform.CPU:
         seqs, tokens = (128, 2048) if server else (256, 4096)
         return {"max_num_seqs": seqs * world_size, "max_num_batched_tokens": tokens * world_size}
     memory = device.memory_bytes or 0

@@ -33,6 +33,7 @@ from autotune.space._defaults import Device, batch_defaults, describe, world_siz
 from autotune.space._errors import SpaceError
 from autotune.space._params import CategoricalParam, IntParam, format_value
 from autotune.space._space import SearchSpace
+from autotune.vocab.platform import AnyPlatform, Platform
 
 FP8_CPU_FLAGS = ("avx512f", "amx_tile")
 
@@ -59,7 +60,7 @@ class HostFacts:
 class HostRule:
     """`option` values that `applies` to cannot run on `platform` where `problem` says why."""
 
-    platform: str
+    platform: Platform
     option: str
     applies: Callable[[Any], bool]
     problem: Callable[[HostFacts], str | None]
@@ -90,13 +91,15 @@ def _below(need: tuple[int, int], what: str) -> Callable[[HostFacts], str | None
 
 
 HOST_RULES = (
-    HostRule("cpu", "kv_cache_dtype", _fp8, _no_avx512_or_amx),
-    HostRule("cuda", "kv_cache_dtype", _fp8_e4m3, _below((8, 9), "an FP8 (E4M3) KV cache")),
-    HostRule("cuda", "quantization", lambda v: v == "fp8", _below((7, 5), "fp8 quantization")),
+    HostRule(Platform.CPU, "kv_cache_dtype", _fp8, _no_avx512_or_amx),
+    HostRule(Platform.CUDA, "kv_cache_dtype", _fp8_e4m3, _below((8, 9), "an FP8 (E4M3) KV cache")),
+    HostRule(
+        Platform.CUDA, "quantization", lambda v: v == "fp8", _below((7, 5), "fp8 quantization")
+    ),
 )
 
 
-def host_problem(platform: str, options: dict[str, Any], host: HostFacts) -> str | None:
+def host_problem(platform: AnyPlatform, options: dict[str, Any], host: HostFacts) -> str | None:
     """Why `options` cannot run on this host (the first rule that says so), or None. On
     Ascend, a graph mode the installed vllm-ascend lacks (`engine._ascend`) counts too."""
     spec = options.get("speculative_config")
@@ -105,7 +108,7 @@ def host_problem(platform: str, options: dict[str, Any], host: HostFacts) -> str
         local = isinstance(model, str) and model.startswith(("/", "./", "../", "~"))
         if local and not Path(str(model)).expanduser().exists():
             return f"{name}={model}: no such checkpoint on this host"
-    if platform == "ascend" and host.ascend_version is not None:
+    if platform == Platform.ASCEND and host.ascend_version is not None:
         for path, message in ascend_option_problems(options, host.ascend_version):
             return f"{path}: {message}"
     for rule in HOST_RULES:
@@ -255,7 +258,7 @@ def with_vllm_defaults(
     resolved = SearchSpace.model_validate(data)
     resolved._source = space.source
     where = "an API server" if scenario != "offline" else "offline (`vllm.LLM`)"
-    what = "the CPU" if space.platform == "cpu" else describe(device)
+    what = "the CPU" if space.platform == Platform.CPU else describe(device)
     note = (
         f"baseline {', '.join(shown)}: {host.vllm_name}'s defaults for {what}, {where}, "
         f"world size {size}"

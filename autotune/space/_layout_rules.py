@@ -13,6 +13,7 @@ from typing import Any
 
 from autotune.engine import DEVICE_FACTORS, devices_of
 from autotune.space._setting import Setting
+from autotune.vocab.platform import Platform
 
 # Options that change nothing on a dense model: vLLM builds no MoE layer to apply them to.
 MOE_ONLY_OPTIONS = (
@@ -141,11 +142,15 @@ def eplb_needs_expert_parallel(s: Setting) -> str | None:
                 "Either enable EPLB or unset num_redundant_experts."
             )
         return None
-    if s.platform not in ("cuda", "any"):
+    if s.platform not in (Platform.CUDA, "any"):
         return (
             "Expert parallelism load balancing is only supported on CUDA devices or ROCm "
             "devices or XPU devices now."
-            + (" (vllm-ascend: additional_config.eplb_config)" if s.platform == "ascend" else "")
+            + (
+                " (vllm-ascend: additional_config.eplb_config)"
+                if s.platform == Platform.ASCEND
+                else ""
+            )
         )
     if not s.get("enable_expert_parallel"):
         return "enable_expert_parallel must be True to use EPLB."
@@ -174,7 +179,7 @@ def eplb_even_experts(s: Setting) -> str | None:
 def ascend_flashcomm_needs_ep(s: Setting) -> str | None:
     # vllm_ascend/platform.py (0.23.0, check_and_update_config): "Flash Comm v1 requires
     # enable_expert_parallel=True for MoE models."
-    if s.platform != "ascend" or not s.nested("additional_config", "enable_flashcomm1"):
+    if s.platform != Platform.ASCEND or not s.nested("additional_config", "enable_flashcomm1"):
         return None
     if s.model is not None and s.model.is_moe and not s.get("enable_expert_parallel"):
         return "Flash Comm v1 requires enable_expert_parallel=True for MoE models."

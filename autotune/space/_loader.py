@@ -22,6 +22,7 @@ from autotune.space._errors import SpaceError
 from autotune.space._host import HostFacts, restrict_to_host
 from autotune.space._params import PARAMETER_TYPES, CategoricalParam, Issue
 from autotune.space._space import SearchSpace
+from autotune.vocab.platform import Platform
 
 # The shipped spaces are package data (`search_spaces/` at the repository root links here).
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
@@ -59,7 +60,7 @@ def _load(path: str | Path) -> SearchSpace:
         space = SearchSpace.model_validate(data)
     except ValidationError as exc:
         raise SpaceError(f"{file}: {_describe_error(exc.errors()[0])}") from exc
-    if space.platform == "ascend":
+    if space.platform == Platform.ASCEND:
         _check_installed_ascend(space, file)
     space._source = file
     return space

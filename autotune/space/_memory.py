@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.space._setting import ModelInfo, Setting, dtype_bytes, engine_default
+from autotune.vocab.platform import AnyPlatform, Platform
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ def estimate_memory(
     options: dict[str, Any],
     model: ModelInfo | None,
     model_path: Path | None,
-    platform: str,
+    platform: AnyPlatform,
     total_bytes: int,
     available_bytes: int,
     devices: int = 1,
@@ -171,7 +172,7 @@ def estimate_memory(
         headroom=int(max(0.0, margin) * total_bytes),
         explicit_kv=_int_or_none(options.get("kv_cache_memory_bytes")),
     )
-    if platform == "cpu":
+    if platform == Platform.CPU:
         sharing = math.ceil(workers / max(1, devices))
         kv, needed, problem = _cpu(budget, weights, sharing)
     else:
@@ -196,7 +197,7 @@ def estimate_memory(
 
 
 def allocated_bytes(
-    options: dict[str, Any], model: ModelInfo | None, model_path: Path | None, platform: str
+    options: dict[str, Any], model: ModelInfo | None, model_path: Path | None, platform: AnyPlatform
 ) -> int | None:
     """What a config surely allocates per worker, to order two configs of one model by memory.
 

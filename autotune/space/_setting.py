@@ -12,14 +12,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autotune.space._errors import SpaceError
+from autotune.vocab.platform import AnyPlatform, Platform
 
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8}
 
 # vLLM 0.32 defaults that differ by platform (FACTS.md); "any" takes the GPU ones.
 _PLATFORM_DEFAULTS: dict[str, dict[str, Any]] = {
-    "cpu": {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "block_size": 128},
-    "cuda": {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_size": 16},
-    "ascend": {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_size": 128},
+    Platform.CPU: {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "block_size": 128},
+    Platform.CUDA: {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_size": 16},
+    Platform.ASCEND: {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_size": 128},
 }
 _COMMON_DEFAULTS: dict[str, Any] = {
     # CacheConfig.gpu_memory_utilization in vLLM 0.32 (`vllm/config/cache.py`), on every
@@ -37,10 +38,10 @@ _COMMON_DEFAULTS: dict[str, Any] = {
 }
 
 
-def engine_default(platform: str, name: str) -> Any:
+def engine_default(platform: AnyPlatform, name: str) -> Any:
     """vLLM 0.32's value of option `name` where it is not given on `platform` (None: not one
     this table knows)."""
-    table = _PLATFORM_DEFAULTS.get(platform, _PLATFORM_DEFAULTS["cuda"])
+    table = _PLATFORM_DEFAULTS.get(platform, _PLATFORM_DEFAULTS[Platform.CUDA])
     return table.get(name, _COMMON_DEFAULTS.get(name))
 
 
@@ -173,7 +174,7 @@ class Setting:
     options: dict[str, Any]
     model: ModelInfo | None
     devices: int
-    platform: str
+    platform: AnyPlatform
 
     def nested(self, option: str, key: str) -> Any:
         """Key `key` of the dict option `option` (`speculative_config.method`), None if unset."""

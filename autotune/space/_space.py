@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from optuna.distributions import BaseDistribution
@@ -30,8 +30,7 @@ from autotune.space._params import (
     env_string,
     format_value,
 )
-
-Platform = Literal["cpu", "cuda", "ascend", "any"]
+from autotune.vocab.platform import PLATFORMS, AnyPlatform
 
 
 def _normalized_keys(mapping: dict[str, Any], where: str) -> dict[str, Any]:
@@ -54,7 +53,7 @@ class SearchSpace(BaseModel):
 
     name: str = Field(min_length=1, description="Short name (defaults to the file's stem)")
     description: str | None = Field(default=None, description="One line for humans")
-    platform: Platform = Field(default="any", description="Where the space applies")
+    platform: AnyPlatform = Field(default="any", description="Where the space applies")
     allow_unknown_options: StrictBool = Field(
         default=False, description="Accept option names that vLLM 0.32 does not know"
     )
@@ -76,6 +75,14 @@ class SearchSpace(BaseModel):
     @classmethod
     def _normalize_variants(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return {k: _normalized_keys(v, f"variants.{k}") for k, v in value.items()}
+
+    @field_validator("platform", mode="before")
+    @classmethod
+    def _known_platform(cls, value: Any) -> Any:
+        # One message for the union (a Platform member, or "any"), in the file's own words.
+        if value not in (*PLATFORMS, "any"):
+            raise ValueError("expected 'cpu', 'cuda', 'ascend' or 'any'")
+        return value
 
     @field_validator("env", mode="before")
     @classmethod

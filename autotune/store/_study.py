@@ -16,6 +16,7 @@ import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.store._facts import read_lenient
+from autotune.vocab.platform import AnyPlatform
 from autotune.vocab.slo import Slo, slos_of
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ class StudyFacts(BaseModel):
     scenario: str | None = Field(default=None, description="online or offline")
     # How the study was opened.
     served_model_name: str | None = Field(default=None, description="the name the API serves")
-    platform: str | None = Field(default=None, description="cpu, cuda or ascend")
+    platform: AnyPlatform | None = Field(default=None, description="cpu, cuda, ascend or any")
     objectives: list[StoredObjective] = Field(
         default_factory=list, description="what the study optimizes; empty: the defaults"
     )

@@ -47,6 +47,7 @@ from autotune.space import (
     needs_at_least,
 )
 from autotune.study._learned import LearnedRule
+from autotune.vocab.platform import Platform
 from autotune.vocab.status import TrialStatus
 
 Params = dict[str, Any]
@@ -257,7 +258,7 @@ class Gate:
         return now, DeviceMemory(now.device, total, max([most, *needs]))
 
     def _capped(self, room: DeviceRoom, n: int) -> int:
-        if self.lanes > 1 and room.now.platform == "cpu":
+        if self.lanes > 1 and room.now.platform == Platform.CPU:
             return min(n, room.now.total_bytes // self.lanes)
         return n
 

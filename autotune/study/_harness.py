@@ -69,6 +69,7 @@ from autotune.space import (
 from autotune.spec import SpecError, TuneSpec
 from autotune.study._errors import difference
 from autotune.study._slos import StudyBounds
+from autotune.vocab.platform import AnyPlatform, Platform
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class Harness:
         if lease is None:
             return trial_engine_config(self.spec, self.space, params)
         cores = None
-        if self.pool is not None and self.pool.platform == "cpu":
+        if self.pool is not None and self.pool.platform == Platform.CPU:
             cores = lease.env["VLLM_CPU_OMP_THREADS_BIND"]
         return trial_engine_config(self.spec, self.space, params, lease.env, cores)
 
@@ -336,27 +337,27 @@ def _check_options(spec: TuneSpec, space: SearchSpace, host: HostFacts) -> None:
 
 
 def read_host_facts(
-    platform: str, root: Path = Path("/"), devices: Sequence[Device] | None = None
+    platform: AnyPlatform, root: Path = Path("/"), devices: Sequence[Device] | None = None
 ) -> HostFacts:
     """What this host can run, for a space of `platform`: the CPU's flags on a CPU space, the
     GPUs' lowest compute capability (nvidia-smi, where installed) on a CUDA one, the installed
     vllm-ascend on an Ascend one; on both, the device vLLM's batch defaults depend on: the
     smallest of `devices` (the study's pool, already read), else of the host's."""
     facts = HostFacts(vllm_options=installed_vllm_options(), vllm_version=installed_vllm_version())
-    if platform == "cpu":
+    if platform == Platform.CPU:
         return dataclasses.replace(facts, cpu_flags=cpu_flags(root))
-    if platform == "cuda":
+    if platform == Platform.CUDA:
         facts = dataclasses.replace(facts, compute_capability=gpu_compute_capability())
-    if platform == "ascend":
+    if platform == Platform.ASCEND:
         facts = dataclasses.replace(facts, ascend_version=installed_ascend_version())
-    if platform in ("cuda", "ascend"):
+    if platform in (Platform.CUDA, Platform.ASCEND):
         name, memory = _smallest_device(platform, root, devices)
         facts = dataclasses.replace(facts, device_name=name, device_memory_bytes=memory)
     return facts
 
 
 def _smallest_device(
-    platform: str, root: Path, devices: Sequence[Device] | None
+    platform: AnyPlatform, root: Path, devices: Sequence[Device] | None
 ) -> tuple[str | None, int | None]:
     """The name and memory of the GPU or NPU with the least memory of `devices` (else of the
     host's: vLLM reads its defaults from the device it runs on; on a mixed host this is the

@@ -49,6 +49,7 @@ from autotune.spec import TuneSpec
 from autotune.store import TrialRecord
 from autotune.study._gate import SkipRule, Verdict
 from autotune.vocab import layout
+from autotune.vocab.platform import AnyPlatform
 from autotune.vocab.status import TrialStatus
 
 MIN_SCORED = 2  # predictions of a metric scored before it may rule a proposal out
@@ -79,7 +80,7 @@ class Screen:
     """One study's engine model, refitted as trials are measured (thread-safe: lanes share
     it)."""
 
-    def __init__(self, spec: TuneSpec, platform: str) -> None:
+    def __init__(self, spec: TuneSpec, platform: AnyPlatform) -> None:
         self.spec = spec
         self.platform = platform
         self._lock = threading.Lock()
@@ -213,7 +214,7 @@ def _worse(measured: float, modelled: float | None, sign: float) -> float:
 def study_model(
     trials: Sequence[TrialRecord],
     load: LoadProfile,
-    platform: str,
+    platform: AnyPlatform,
     start: Sequence[float] | None = None,
     refit: bool = True,
 ) -> EngineModel | None:
@@ -253,7 +254,7 @@ def sample(trial: TrialRecord) -> Sample | None:
     return Sample(engine_options(trial.config), kv, records) if records else None
 
 
-def engine_defaults(trials: Sequence[TrialRecord], platform: str) -> dict[str, Any]:
+def engine_defaults(trials: Sequence[TrialRecord], platform: AnyPlatform) -> dict[str, Any]:
     """What the engine runs for a schedule or memory option a config leaves unset: the
     baseline's value (it sets the defaults vLLM computes for the device), else vLLM's for the
     platform."""

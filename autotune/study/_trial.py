@@ -50,6 +50,7 @@ from autotune.study._screen import SCREENED_ROLES, Screen, predict_on, screen_on
 from autotune.study._stages import stage_of
 from autotune.study._worker import worker_attr
 from autotune.vocab import layout
+from autotune.vocab.platform import Platform
 from autotune.vocab.status import TrialStatus
 
 _ASK_LOCK = threading.Lock()  # one `study.ask` at a time in this process
@@ -298,7 +299,9 @@ class TrialRunner:
         """The memory estimate's verdict on the trial's own devices (the baseline's is read,
         never judged), after waiting for memory other processes hold, and the room it read;
         one that keeps it from launching is recorded (a wait that ran out: `environment`)."""
-        ids = lease.ids if lease is not None and self.harness.space.platform != "cpu" else None
+        ids = (
+            lease.ids if lease is not None and self.harness.space.platform != Platform.CPU else None
+        )
 
         def judge(room: DeviceRoom | None) -> Verdict:
             return LAUNCH if p.baseline else self.gate.memory_verdict(p, room)
