@@ -28,8 +28,9 @@ from autotune.store import (
 )
 from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness, model_ref
-from autotune.study._reingest import TrialFolder, check_reingest, reingest, used_folders
+from autotune.study._reingest import check_reingest, reingest
 from autotune.study._stages import baseline_attrs, queue_layouts, staged
+from autotune.study._trial_file import TrialFolder, used_folders
 from autotune.vocab import layout
 from autotune.vocab.status import TrialStatus
 

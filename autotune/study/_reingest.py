@@ -1,20 +1,16 @@
-"""A trial folder as its own record, and a lost database rebuilt from the folders.
+"""A lost database rebuilt from the trial folders.
 
-Before a trial's engine starts, `trial.json` in its folder says what it runs: its number, its
-parameter values, where it came from (baseline, re-measure, repair, warm start), what it was
-launched with, and the study's settings that make trials comparable (`Harness.experiment`).
-Beside `measurement.json` (the outcome) and the records it was summarized from, the folder
-then holds everything the store would: when a study's database is lost, `tune --reingest`
-records each folder's measurement in a new study, as the trial of the same number, told to
-Optuna as the trial was. A folder that cannot be (no `trial.json`, no measurement, a trial
-interrupted) keeps its number as an interrupted trial, so that no new trial writes into it.
-Folders measured with other settings are refused as a whole: mixing them would compare
-trials that are not comparable.
+A trial folder holds everything the store would (its `trial.json`, `_trial_file`, beside
+`measurement.json` and the records it was summarized from): when a study's database is lost,
+`tune --reingest` records each folder's measurement in a new study, as the trial of the same
+number, told to Optuna as the trial was. A folder that cannot be (no `trial.json`, no
+measurement, a trial interrupted) keeps its number as an interrupted trial, so that no new
+trial writes into it. Folders measured with other settings are refused as a whole: mixing them
+would compare trials that are not comparable.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -31,59 +27,11 @@ from autotune.store import StudyStore, TrialSlots
 from autotune.study._errors import StudyMismatch
 from autotune.study._harness import Harness
 from autotune.study._record import Recorder
+from autotune.study._trial_file import KEPT, TrialFolder, read_trial_record
 from autotune.vocab import layout
 from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
-
-# The user attributes a trial folder keeps: its origin, and what it was launched with.
-_KEPT = (
-    keys.ROLE,
-    keys.REMEASURE_OF,
-    keys.REPAIR_OF,
-    keys.REQUEUED,
-    keys.WARM_FROM,
-    keys.DESCRIPTION,
-    keys.CONFIG,
-    keys.ENV,
-    keys.LEASE_ENV,
-    keys.WORKER,
-)
-
-
-def write_trial_record(trial_dir: Path, trial: Trial, experiment: dict[str, Any]) -> None:
-    """Write `trial.json` (see the module's docstring), atomically (a rename)."""
-    attrs = trial.user_attrs
-    system = trial.study._storage.get_trial_system_attrs(trial._trial_id)
-    data = {
-        "number": trial.number,
-        "params": trial.params,
-        "queued": FIXED in system,  # enqueued (baseline, re-measure, ...), not proposed
-        "user_attrs": {k: attrs[k] for k in _KEPT if k in attrs},
-        "experiment": experiment,
-    }
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    tmp = trial_dir / (layout.TRIAL_RECORD + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(trial_dir / layout.TRIAL_RECORD)
-
-
-def used_folders(study_dir: Path) -> dict[int, Path]:
-    """Trial number -> folder, for the trial folders in `study_dir` that hold anything."""
-    found: dict[int, Path] = {}
-    for path in study_dir.glob(f"{layout.TRIAL_PREFIX}*"):
-        number = path.name[len(layout.TRIAL_PREFIX) :]
-        if number.isdigit() and path.is_dir() and any(path.iterdir()):
-            found[int(number)] = path
-    return found
-
-
-@dataclass(frozen=True)
-class TrialFolder:
-    """A trial folder found in a study folder, and its `trial.json` (None: none readable)."""
-
-    path: Path
-    record: dict[str, Any] | None
 
 
 @dataclass
@@ -99,7 +47,7 @@ class Reingested:
 def check_reingest(harness: Harness, folders: dict[int, Path]) -> dict[int, TrialFolder]:
     """The folders with their records, read once. Raises StudyMismatch when one was measured
     with other settings than the spec's (checked before the new study is created)."""
-    found = {n: TrialFolder(path, _read_record(path)) for n, path in sorted(folders.items())}
+    found = {n: TrialFolder(path, read_trial_record(path)) for n, path in sorted(folders.items())}
     for folder in found.values():
         record = folder.record
         changed = harness.differs_from(record.get("experiment") or {}) if record else None
@@ -183,7 +131,7 @@ def _record(
             state=TrialState.RUNNING,
             params=params,
             distributions={name: distributions[name] for name in params},
-            user_attrs={k: v for k, v in record["user_attrs"].items() if k in _KEPT},
+            user_attrs={k: v for k, v in record["user_attrs"].items() if k in KEPT},
         )
     except (KeyError, ValueError):
         return False
@@ -217,15 +165,3 @@ def _keep(
         attrs[keys.TRIAL_DIR] = str(folder.path)
     queued = {FIXED: record["params"]} if record is not None and record.get("queued") else None
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs=attrs, system_attrs=queued))
-
-
-def _read_record(folder: Path) -> dict[str, Any] | None:
-    """A folder's `trial.json`, or None where it is missing, unreadable or not a record."""
-    try:
-        data = json.loads((folder / layout.TRIAL_RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
-        return None
-    data.setdefault("user_attrs", {})
-    return data

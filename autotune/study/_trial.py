@@ -44,10 +44,10 @@ from autotune.study._gate import LAUNCH, DeviceRoom, Gate, Proposal, SkipRule, V
 from autotune.study._harness import Harness
 from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._record import Recorder
-from autotune.study._reingest import write_trial_record
 from autotune.study._room import Rooms
 from autotune.study._screen import SCREENED_ROLES, Screen, predict_on, screen_on
 from autotune.study._stages import stage_of
+from autotune.study._trial_file import write_trial_record
 from autotune.study._worker import worker_attr
 from autotune.vocab import layout
 from autotune.vocab.platform import Platform
