@@ -44,7 +44,7 @@ from autotune.search import make_sampler
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore
-from autotune.study import Harness, StudyRunner, trial_engine_config
+from autotune.study import Harness, Machine, StudyRunner, trial_engine_config
 
 ARMS = ("naive", "learned", "estimated")
 STEP_MIB = 256
@@ -103,7 +103,9 @@ def run_arm(
         spec,
         space,
         one,
-        device_memory=(lambda ids: device) if arm == "estimated" else (lambda ids: None),
+        machine=Machine(
+            device_memory=(lambda ids: device) if arm == "estimated" else (lambda ids: None)
+        ),
     )
     result = StudyRunner(harness, store, event_printer(Console(highlight=False))).run()
     records = store.trials(spec.study)

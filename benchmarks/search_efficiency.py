@@ -66,6 +66,7 @@ from autotune.store import StudyStore
 from autotune.study import (
     Event,
     Harness,
+    Machine,
     StudyError,
     StudyRunner,
     TrialStarted,
@@ -238,7 +239,7 @@ def run_study(
         def memory(ids: list[int] | None) -> DeviceMemory | None:  # as `autotune tune` does
             return device_memory(space.platform, ids)
 
-        harness = Harness(spec, space, from_table, device_memory=memory)
+        harness = Harness(spec, space, from_table, machine=Machine(device_memory=memory))
         runner = StudyRunner(harness, store, on_event)
         try:
             result = runner.run()

@@ -282,8 +282,8 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
     harness = build_harness(spec, host=worker_host())
     check_warm_start(harness, store_settings())  # before the store: a bad flag creates nothing
     store = open_tuning_store(spec.storage_url)
-    pool = harness.pool
-    at_once = f", {harness.lanes} at a time on {_ids(pool)}" if pool is not None else ""
+    pool = harness.machine.pool
+    at_once = f", {harness.machine.lanes} at a time on {_ids(pool)}" if pool is not None else ""
     console.print(
         f"study [bold]{spec.study}[/]: {spec.trials} trials of space {harness.space.name!r} "
         f"on {spec.model}{at_once}; store {redact(spec.storage_url)}"

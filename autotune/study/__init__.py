@@ -11,13 +11,8 @@ from autotune.study._confirm import Confirmer
 from autotune.study._errors import StudyError, StudyMismatch
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
 from autotune.study._gate import Gate, Proposal, SkipRule, Verdict
-from autotune.study._harness import (
-    Harness,
-    build_harness,
-    on_this_host,
-    read_host_facts,
-    trial_engine_config,
-)
+from autotune.study._harness import Harness, Machine, build_harness
+from autotune.study._host_fit import on_this_host, read_host_facts, trial_engine_config
 from autotune.study._learned import LearnedRule, Tried, learned_rules
 from autotune.study._opening import check_warm_start
 from autotune.study._runner import StudyResult, StudyRunner
@@ -30,6 +25,7 @@ __all__ = [
     "Gate",
     "Harness",
     "LearnedRule",
+    "Machine",
     "Proposal",
     "SkipRule",
     "StudyError",

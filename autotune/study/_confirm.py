@@ -52,7 +52,8 @@ from autotune.measure import Measure, Measurement
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
-from autotune.study._harness import Harness, trial_engine_config
+from autotune.study._harness import Harness
+from autotune.study._host_fit import trial_engine_config
 from autotune.study._sequential import SMALLEST, look
 from autotune.study._verdict import Bounds, ConfirmRun, Stopping, evaluate, paired_gains
 from autotune.vocab import layout

@@ -16,7 +16,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import InitVar, dataclass, field
 from functools import partial
@@ -32,44 +32,37 @@ from autotune.bench import (
     longest_request,
 )
 from autotune.devices import (
-    Device,
     DeviceError,
     DeviceMemory,
     DevicePool,
     Lease,
-    cpu_flags,
     device_memory,
-    discover,
-    gpu_compute_capability,
     hold_host,
     plan_lanes,
 )
 from autotune.engine import (
     EngineConfig,
     LaunchSettings,
-    installed_ascend_version,
-    installed_vllm_options,
-    installed_vllm_version,
-    resolve_env,
 )
 from autotune.measure import Judge, Measure, Measurement, Workplan, measure
 from autotune.space import (
-    HostFacts,
-    ModelInfo,
     SearchSpace,
-    SpaceError,
     layout_names,
     load_space,
-    restrict_to_command,
-    restrict_to_host,
-    restrict_to_model,
     value_problem,
-    with_vllm_defaults,
 )
 from autotune.spec import SpecError, TuneSpec
 from autotune.study._errors import difference
+from autotune.study._host_fit import (
+    check_options,
+    for_this_model,
+    model_ref,
+    on_this_host,
+    read_host_facts,
+    trial_engine_config,
+)
 from autotune.study._slos import StudyBounds
-from autotune.vocab.platform import AnyPlatform, Platform
+from autotune.vocab.platform import Platform
 
 logger = logging.getLogger(__name__)
 
@@ -81,46 +74,59 @@ def _unknown_memory(ids: list[int] | None = None) -> DeviceMemory | None:
 
 
 @dataclass
-class Harness:
-    """A study's machinery on this machine.
+class Machine:
+    """This machine's part of a study: where its trials run and how many at once.
 
-    `measure` does the device work of one trial. `device_memory(ids)` says what memory a
-    trial's leased devices have now, the tightest of them (ids None: the first device; the
-    result None: unknown, no estimate; a trial whose config fits what the study has had free
-    there, but not what other processes leave, waits up to `memory_wait_s`). With a device
-    `pool`, each trial leases its devices from it (tensor x pipeline parallel of them) and
-    sees only those; `lanes` trials run at once. Setting `cancel` stops every lane as Ctrl-C
-    does. `requests_per_run`: the measured requests of one benchmark run (early stopping counts
-    them). `host`: this worker's host as trials record it. `baseline_measure`: the baseline's
-    device work, where it differs (with SLOs relative to it, `BASELINE_RUNS` benchmark runs on
-    its one engine; None: `measure`).
+    With a device `pool`, each trial leases its devices from it (tensor x pipeline parallel of
+    them) and sees only those; `lanes` trials run at once (None pool: the host as a whole, one
+    at a time). `device_memory(ids)` says what memory a trial's leased devices have now, the
+    tightest of them (ids None: the first device; None: unknown, no estimate); a trial whose
+    config fits what the study has had free there, but not what other processes leave, waits
+    up to `memory_wait_s`, reading again every `memory_poll_s` (`_room.py`). Setting `cancel`
+    stops every lane as Ctrl-C does. `host`: this worker's host as trials record it.
+    """
+
+    pool: DevicePool | None = None
+    lanes: int = 1
+    cancel: threading.Event = field(default_factory=threading.Event)
+    device_memory: Callable[[list[int] | None], DeviceMemory | None] = _unknown_memory
+    memory_wait_s: float = 600.0
+    memory_poll_s: float = 5.0
+    host: str = field(default_factory=socket.gethostname)
+
+    def __post_init__(self) -> None:
+        if self.lanes < 1:
+            raise ValueError(f"lanes must be >= 1, not {self.lanes}")
+
+
+@dataclass
+class Harness:
+    """A study's machinery on this machine: what its trials run (`spec`, `space`, the launch
+    `settings`), where (`machine`), and how the study measures and judges them.
+
+    `measure` does the device work of one trial; `baseline_measure` the baseline's, where it
+    differs (with SLOs relative to it, `BASELINE_RUNS` benchmark runs on its one engine; None:
+    `measure`). `plan` is the workload (None: a measure that brings its own);
+    `requests_per_run` the measured requests of one run (early stopping counts them);
+    `bounds` the study's SLOs (`_slos`: the spec's, each relative one fixed by the baseline).
+    `baseline_note` says which vLLM defaults the baseline took; `layout` lists the layout
+    parameters a MoE study decides first (`_stages.py`; empty: one stage).
     """
 
     spec: TuneSpec
     space: SearchSpace
     measure: Measure
     baseline_measure: Measure | None = None
-    device_memory: Callable[[list[int] | None], DeviceMemory | None] = _unknown_memory
-    pool: DevicePool | None = None
-    lanes: int = 1
-    cancel: threading.Event = field(default_factory=threading.Event)
-    requests_per_run: int = 0
-    host: str = field(default_factory=socket.gethostname)
-    # How long a trial waits for memory other processes hold on its devices (its config fits
-    # what the study has had free there), and how often it reads again (`_room.py`).
-    memory_wait_s: float = 600.0
-    memory_poll_s: float = 5.0
-    plan: Workplan | None = None  # the workload (None: a measure that brings its own)
+    machine: Machine = field(default_factory=Machine)
     settings: LaunchSettings | None = None
+    plan: Workplan | None = None
+    requests_per_run: int = 0
     slo_bounds: InitVar[StudyBounds | None] = None  # the plan's (None: the spec's, a new one)
-    baseline_note: str | None = None  # which vLLM defaults the baseline took (`vllm_default`)
-    # The layout parameters a MoE study decides first (`_stages.py`); empty: one stage.
+    baseline_note: str | None = None
     layout: list[str] = field(default_factory=list)
-    bounds: StudyBounds = field(init=False)  # the study's SLO bounds (`_slos`): the spec's, fixed
+    bounds: StudyBounds = field(init=False)
 
     def __post_init__(self, slo_bounds: StudyBounds | None) -> None:
-        if self.lanes < 1:
-            raise ValueError(f"lanes must be >= 1, not {self.lanes}")
         self.bounds = slo_bounds if slo_bounds is not None else StudyBounds.of(self.spec)
 
     def engine_config(self, params: dict[str, Any], lease: Lease | None = None) -> EngineConfig:
@@ -129,7 +135,8 @@ class Harness:
         if lease is None:
             return trial_engine_config(self.spec, self.space, params)
         cores = None
-        if self.pool is not None and self.pool.platform == Platform.CPU:
+        pool = self.machine.pool
+        if pool is not None and pool.platform == Platform.CPU:
             cores = lease.env["VLLM_CPU_OMP_THREADS_BIND"]
         return trial_engine_config(self.spec, self.space, params, lease.env, cores)
 
@@ -172,14 +179,14 @@ class Harness:
         block ends: for runs outside the study loop (the confirm step, a profile). Without a
         pool: the host as a whole, as the trials had it."""
         config = self.engine_config(params)
-        if self.pool is None:
-            whole = hold_host(self.cancel)
+        if self.machine.pool is None:
+            whole = hold_host(self.machine.cancel)
             try:
                 yield config
             finally:
                 whole.release()
             return
-        with self.pool.acquire(config.devices) as lease:
+        with self.machine.pool.acquire(config.devices) as lease:
             yield self.engine_config(params, lease)
 
 
@@ -228,7 +235,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         for name, value in spec.baseline.items():  # before the study is made from them
             if (problem := value_problem(space.parameters, name, value)) is not None:
                 raise SpecError(f"baseline.{name}: {problem}")
-    _check_options(spec, space, facts)
+    check_options(spec, space, facts)
     try:
         warmup, requests = build_requests(spec.workload, spec.model)
     except WorkloadError as exc:
@@ -269,157 +276,41 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         cancel=cancel,
     )
 
-    def measure_one(
-        config: EngineConfig, trial_dir: Path, judge: Judge | None = None
-    ) -> Measurement:
-        now = dataclasses.replace(plan, slos=bounds.values, agreement=bounds.reference)
-        return measure(config, trial_dir, now, settings, judge=judge)
-
     # The baseline's p99s fix the bounds relative to it: the median of BASELINE_RUNS runs, not
     # one p99 of a small workload, which is about its largest sample (docs/metrics.md).
     base_plan = plan
     if spec.relative_slos and plan.capacity is None and plan.scenario != "offline":
         base_plan = dataclasses.replace(plan, repeats=max(plan.repeats, BASELINE_RUNS))
 
-    def measure_baseline(
-        config: EngineConfig, trial_dir: Path, judge: Judge | None = None
-    ) -> Measurement:
-        now = dataclasses.replace(base_plan, slos=bounds.values, agreement=bounds.reference)
-        return measure(config, trial_dir, now, settings, judge=judge)
-
     return Harness(
         spec,
         space,
-        measure_one,
-        baseline_measure=measure_baseline,
-        device_memory=lambda ids: device_memory(space.platform, ids),
-        pool=pool,
-        lanes=count,
-        cancel=cancel,
-        requests_per_run=len(requests),
-        host=host or socket.gethostname(),
-        plan=plan,
+        _measuring(plan, bounds, settings),
+        baseline_measure=_measuring(base_plan, bounds, settings),
+        machine=Machine(
+            pool,
+            count,
+            cancel,
+            device_memory=lambda ids: device_memory(space.platform, ids),
+            host=host or socket.gethostname(),
+        ),
         settings=settings,
+        plan=plan,
+        requests_per_run=len(requests),
         slo_bounds=bounds,
         baseline_note=baseline_note,
         layout=layout_names(space) if model is not None and model.is_moe else [],
     )
 
 
-def for_this_model(space: SearchSpace, spec: TuneSpec) -> tuple[SearchSpace, ModelInfo | None]:
-    """`space` without what the spec's model (a dense one: expert parallel, EPLB) and engine
-    command (the API-server module: `api_server_count`) cannot use, one line each; and the
-    model's numbers (None for a hub name)."""
-    try:
-        model = ModelInfo.from_path(spec.model)
-        space, notes = restrict_to_model(space, model)
-        space, more = restrict_to_command(space, spec.engine.command)
-    except SpaceError as exc:
-        raise SpecError(str(exc)) from None
-    for line in [*notes, *more]:
-        logger.warning("%s", line)
-    return space, model
+def _measuring(plan: Workplan, bounds: StudyBounds, settings: LaunchSettings) -> Measure:
+    """The measure of one trial under `plan`, with the study's bounds and agreement reference
+    of the moment it runs (a baseline fixes them while the study runs)."""
 
+    def measure_one(
+        config: EngineConfig, trial_dir: Path, judge: Judge | None = None
+    ) -> Measurement:
+        now = dataclasses.replace(plan, slos=bounds.values, agreement=bounds.reference)
+        return measure(config, trial_dir, now, settings, judge=judge)
 
-def _check_options(spec: TuneSpec, space: SearchSpace, host: HostFacts) -> None:
-    """Raise SpecError for an option of the spec (`--option`, `engine.options`) that the
-    installed vLLM lacks: every trial, the baseline first, would fail on it (a space that
-    passes a plugin's options on purpose says `allow_unknown_options`)."""
-    if host.vllm_options is None or space.allow_unknown_options:
-        return
-    for name in spec.engine.options:
-        if name not in host.vllm_options:
-            raise SpecError(
-                f"--option {name}: not an option of {host.vllm_name}; check its spelling "
-                "(`vllm serve --help=all`), or give the space `allow_unknown_options: true` "
-                "for a plugin's"
-            )
-
-
-def read_host_facts(
-    platform: AnyPlatform, root: Path = Path("/"), devices: Sequence[Device] | None = None
-) -> HostFacts:
-    """What this host can run, for a space of `platform`: the CPU's flags on a CPU space, the
-    GPUs' lowest compute capability (nvidia-smi, where installed) on a CUDA one, the installed
-    vllm-ascend on an Ascend one; on both, the device vLLM's batch defaults depend on: the
-    smallest of `devices` (the study's pool, already read), else of the host's."""
-    facts = HostFacts(vllm_options=installed_vllm_options(), vllm_version=installed_vllm_version())
-    if platform == Platform.CPU:
-        return dataclasses.replace(facts, cpu_flags=cpu_flags(root))
-    if platform == Platform.CUDA:
-        facts = dataclasses.replace(facts, compute_capability=gpu_compute_capability())
-    if platform == Platform.ASCEND:
-        facts = dataclasses.replace(facts, ascend_version=installed_ascend_version())
-    if platform in (Platform.CUDA, Platform.ASCEND):
-        name, memory = _smallest_device(platform, root, devices)
-        facts = dataclasses.replace(facts, device_name=name, device_memory_bytes=memory)
-    return facts
-
-
-def _smallest_device(
-    platform: AnyPlatform, root: Path, devices: Sequence[Device] | None
-) -> tuple[str | None, int | None]:
-    """The name and memory of the GPU or NPU with the least memory of `devices` (else of the
-    host's: vLLM reads its defaults from the device it runs on; on a mixed host this is the
-    cautious one); (None, None) where the tool cannot say."""
-    if devices is None:
-        try:
-            devices = discover(platform, root=root).devices
-        except (DeviceError, OSError, ValueError) as err:
-            logger.info("cannot read the %s device for vLLM's defaults: %s", platform, err)
-            return None, None
-    sized = [d for d in devices if d.total_bytes]
-    if not sized:
-        return None, None
-    smallest = min(sized, key=lambda d: d.total_bytes or 0)
-    return smallest.name, smallest.total_bytes
-
-
-def on_this_host(
-    space: SearchSpace,
-    host: HostFacts,
-    scenario: str = "online",
-    options: dict[str, Any] | None = None,
-) -> tuple[SearchSpace, str | None]:
-    """`space` without the values `host` cannot run, one warning per parameter that lost some,
-    and with vLLM's batch defaults for this host's device where its baseline asks for them
-    (`baseline: vllm_default`) for `scenario` and the spec's fixed `options`, one line saying
-    which (also returned). Raises SpecError when the space cannot run here at all."""
-    try:
-        restricted, notes = restrict_to_host(space, host)
-        resolved, note = with_vllm_defaults(restricted, host, scenario, options or {})
-    except SpaceError as exc:
-        raise SpecError(str(exc)) from None
-    for line in notes:
-        logger.warning("%s", line)
-    if note is not None:
-        logger.info("%s", note)
-    return resolved, note
-
-
-def trial_engine_config(
-    spec: TuneSpec,
-    space: SearchSpace,
-    params: dict[str, Any],
-    extra_env: dict[str, str] | None = None,
-    cores: str | None = None,
-) -> EngineConfig:
-    """The engine config of a point of the space: the space's options and variables, the
-    spec's fixed ones over them, then `extra_env` (a lease's devices); `{cores}` is `cores`
-    (default: the spec's, else every usable core)."""
-    options, env = space.to_engine(params)
-    options.update(spec.engine.options)
-    env.update(spec.engine.env)
-    env.update(extra_env or {})
-    return EngineConfig(
-        model=model_ref(spec.model),
-        served_model_name=spec.api_model_name,
-        args=options,
-        env=resolve_env(env, cores or spec.engine.cores),
-    )
-
-
-def model_ref(model: str) -> str:
-    """A local model path made absolute (engines run in other folders); hub names as given."""
-    path = Path(model)
-    return str(path.resolve()) if path.exists() else model
+    return measure_one

@@ -27,7 +27,8 @@ from autotune.store import (
     write_study,
 )
 from autotune.study._errors import StudyMismatch
-from autotune.study._harness import Harness, model_ref
+from autotune.study._harness import Harness
+from autotune.study._host_fit import model_ref
 from autotune.study._reingest import check_reingest, reingest
 from autotune.study._stages import baseline_attrs, queue_layouts, staged
 from autotune.study._trial_file import TrialFolder, used_folders

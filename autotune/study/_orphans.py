@@ -49,9 +49,9 @@ def settle_orphans(
             started = trial.datetime_start or dt.datetime.now()
             if (dt.datetime.now() - started).total_seconds() < store.stale_after_s:
                 continue
-        elif trial._trial_id not in stale and not is_dead_here(worker, harness.host):
+        elif trial._trial_id not in stale and not is_dead_here(worker, harness.machine.host):
             continue
-        local = worker is None or is_here(worker, harness.host)
+        local = worker is None or is_here(worker, harness.machine.host)
         try:
             _settle(study, trial, harness, slots, recorder, local)
         except optuna.exceptions.UpdateFinishedTrialError:

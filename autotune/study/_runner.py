@@ -153,7 +153,7 @@ class StudyRunner:
             except KeyboardInterrupt:
                 result.interrupted = True
                 return result
-            if self.harness.lanes == 1:
+            if self.harness.machine.lanes == 1:
                 try:
                     self._lane(study, trials, result, 0)
                 except KeyboardInterrupt:
@@ -215,7 +215,7 @@ class StudyRunner:
 
         threads = [
             threading.Thread(target=lane, args=(k,), name=f"lane-{k}")
-            for k in range(self.harness.lanes)
+            for k in range(self.harness.machine.lanes)
         ]
         try:
             # Lanes claim their first slots in turn: the first asks first, so a queued
@@ -231,7 +231,7 @@ class StudyRunner:
         except KeyboardInterrupt:
             result.interrupted = True
             self._stop.set()
-            self.harness.cancel.set()
+            self.harness.machine.cancel.set()
             for thread in threads:
                 if thread.ident is not None:  # started
                     thread.join()

@@ -50,7 +50,7 @@ def queue_layouts(harness: Harness, study: optuna.Study, baseline: dict[str, Any
     """Queue the layout stage's configs after the baseline (a new staged study); how many."""
     if not harness.layout:
         return 0
-    devices = harness.pool.size if harness.pool is not None else 1
+    devices = harness.machine.pool.size if harness.machine.pool is not None else 1
     model = ModelInfo.from_path(harness.spec.model)
     plan = layout_plan(harness.space, baseline, model, devices)
     for params in plan:

@@ -100,18 +100,21 @@ class TrialRunner:
             harness.space,
             ModelInfo.from_path(self.spec.model),
             config_of=harness.engine_config,
-            devices=harness.pool.size if harness.pool is not None else 1,
-            lanes=harness.lanes,
+            devices=harness.machine.pool.size if harness.machine.pool is not None else 1,
+            lanes=harness.machine.lanes,
         )
         self.rooms = Rooms(
-            harness.device_memory, harness.memory_wait_s, harness.memory_poll_s, harness.cancel
+            harness.machine.device_memory,
+            harness.machine.memory_wait_s,
+            harness.machine.memory_poll_s,
+            harness.machine.cancel,
         )
         platform = harness.space.platform
         self.screen = Screen(self.spec, platform) if predict_on(self.spec) else None
         self.screen_on = screen_on(self.spec)
         # Per lane: set once its proposal holds a slot, or ended without claiming one (the
         # runner starts lanes in turn on these, so that queued configs claim in queue order).
-        self.claimed = [threading.Event() for _ in range(max(1, harness.lanes))]
+        self.claimed = [threading.Event() for _ in range(max(1, harness.machine.lanes))]
 
     def run_one(self, study: optuna.Study, lane: int) -> TrialOutcome:
         """Ask for a config and run it."""
@@ -133,7 +136,7 @@ class TrialRunner:
             self.claimed[lane].set()  # a proposal that never claimed
 
     def _worker(self, lane: int, devices: str | None = None) -> Worker:
-        return worker_attr(self.run_token, self.harness.host, devices, lane)
+        return worker_attr(self.run_token, self.harness.machine.host, devices, lane)
 
     def _run(self, study: optuna.Study, trial: Trial, lane: int) -> TrialOutcome:
         params = dict(trial.params)
@@ -171,7 +174,7 @@ class TrialRunner:
         try:
             lease = self._lease(config)
             if lease is None:  # one trial at a time on the host's cores: all of them
-                whole = hold_host(self.harness.cancel)
+                whole = hold_host(self.harness.machine.cancel)
             # The estimate reads the memory of the devices this trial got, now: another
             # lane's engine on another device is none of its business.
             verdict, room = self._memory_verdict(study, trial, proposal, lease)
@@ -369,7 +372,7 @@ class TrialRunner:
 
     def _lease(self, config: EngineConfig) -> Lease | None:
         """The devices for `config` (tensor x pipeline parallel of them), once they are free."""
-        pool = self.harness.pool
+        pool = self.harness.machine.pool
         if pool is None:
             return None
         need = config.devices
@@ -377,7 +380,7 @@ class TrialRunner:
             try:
                 return pool.acquire(need, timeout=0.5)
             except TimeoutError:
-                if self.harness.cancel.is_set():
+                if self.harness.machine.cancel.is_set():
                     raise KeyboardInterrupt from None
 
 

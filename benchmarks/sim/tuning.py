@@ -37,7 +37,7 @@ from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialFacts
-from autotune.study import Harness, StudyRunner
+from autotune.study import Harness, Machine, StudyRunner
 from autotune.vocab import layout
 from autotune.vocab.status import TrialStatus
 
@@ -269,7 +269,7 @@ def run_method(
         gpus = landscape.hardware.gpus
         # The landscape's host: its GPUs are the pool tensor-parallel trials lease from.
         pool = DevicePool(list(range(gpus)), platform="cuda") if gpus > 1 else None
-        harness = Harness(spec, space, measure, pool=pool)
+        harness = Harness(spec, space, measure, machine=Machine(pool=pool))
         StudyRunner(harness, store, after_trial).run()
         return steps
 

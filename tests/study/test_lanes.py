@@ -19,7 +19,7 @@ from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
 from autotune.store import StudyStore
-from autotune.study import Harness, StudyRunner
+from autotune.study import Harness, Machine, StudyRunner
 from autotune.study._worker import end_run, is_dead_here, new_run, worker_attr
 from study.fakes import STUDY, DeviceWatch, FakeMeasure, MakeSpec, launched, records, tp_space
 
@@ -34,7 +34,9 @@ def test_two_lanes_run_the_exact_budget_on_disjoint_devices(
     watch = DeviceWatch(measure)
     pool = DevicePool([0, 1, 2], platform="cuda")
     store = StudyStore(spec.storage_url)
-    result = StudyRunner(Harness(spec, space, watch, pool=pool, lanes=2), store).run()
+    result = StudyRunner(
+        Harness(spec, space, watch, machine=Machine(pool=pool, lanes=2)), store
+    ).run()
     trials = records(spec)
     assert len(launched(trials)) == 8 and result.measured == 8
     assert watch.overlaps == [] and watch.most_at_once == 2
@@ -52,7 +54,9 @@ def test_tensor_parallel_beyond_the_pool_is_rejected_before_launch(
     space = tp_space(tmp_path)
     spec = make_spec(trials=4, space=str(tmp_path / "tp.yaml"), sampler="random")
     pool = DevicePool([5], platform="cuda")
-    StudyRunner(Harness(spec, space, measure, pool=pool), StudyStore(spec.storage_url)).run()
+    StudyRunner(
+        Harness(spec, space, measure, machine=Machine(pool=pool)), StudyStore(spec.storage_url)
+    ).run()
     assert all(c.args["tensor_parallel_size"] == 1 for c in measure.calls)
     assert all(c.env["CUDA_VISIBLE_DEVICES"] == "5" for c in measure.calls)
     invalid = [t for t in records(spec) if t.status == "invalid_config"]
@@ -155,7 +159,9 @@ def test_cancel_stops_every_lane_and_records_interrupted(
         raise KeyboardInterrupt  # what the launcher and the guard raise once cancelled
 
     pool = DevicePool([0, 1], platform="cuda")
-    harness = Harness(spec, space, wait_for_cancel, pool=pool, lanes=2, cancel=cancel)
+    harness = Harness(
+        spec, space, wait_for_cancel, machine=Machine(pool=pool, lanes=2, cancel=cancel)
+    )
     runner = StudyRunner(harness, StudyStore(spec.storage_url))
     threading.Timer(0.5, cancel.set).start()
     result = runner.run()
@@ -232,7 +238,9 @@ def test_the_estimate_reads_each_lanes_own_device_not_device_0(
         return memory(ids)
 
     pool = DevicePool([0, 1], platform="cuda")
-    harness = Harness(spec, space, watch, device_memory=recorded, pool=pool, lanes=2)
+    harness = Harness(
+        spec, space, watch, machine=Machine(device_memory=recorded, pool=pool, lanes=2)
+    )
     StudyRunner(harness, StudyStore(spec.storage_url)).run()
     trials = records(spec)
     assert [t.status for t in trials if t.status == "predicted_oom"] == []
@@ -263,7 +271,8 @@ def test_the_baseline_takes_the_last_slot_before_another_lane_can(
     spec = make_spec(trials=1, space=str(tmp_path / "tp.yaml"))
     pool = DevicePool([0, 1, 2], platform="cuda")
     StudyRunner(
-        Harness(spec, space, measure, pool=pool, lanes=2), StudyStore(spec.storage_url)
+        Harness(spec, space, measure, machine=Machine(pool=pool, lanes=2)),
+        StudyStore(spec.storage_url),
     ).run()
     (measured,) = launched(records(spec))
     assert measured.role == "baseline" and measured.number == 0, records(spec)

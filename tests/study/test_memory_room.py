@@ -20,7 +20,7 @@ from autotune.measure import Measurement
 from autotune.space import SearchSpace, load_space
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore
-from autotune.study import Harness, SkipRule, StudyResult, StudyRunner, Verdict
+from autotune.study import Harness, Machine, SkipRule, StudyResult, StudyRunner, Verdict
 from autotune.study._gate import DeviceRoom
 from autotune.study._room import Rooms
 from autotune.vocab.status import OOM_STATUSES, TrialStatus
@@ -57,7 +57,7 @@ class Node:
 def tune(
     spec: TuneSpec, space: SearchSpace, measure: FakeMeasure, node: Node, **kw: float
 ) -> StudyResult:
-    harness = Harness(spec, space, measure, device_memory=node, **kw)  # type: ignore[arg-type]
+    harness = Harness(spec, space, measure, machine=Machine(device_memory=node, **kw))  # type: ignore[arg-type]
     return StudyRunner(harness, StudyStore(spec.storage_url)).run()
 
 

@@ -17,7 +17,7 @@ from autotune.measure import Judge, Measurement
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
-from autotune.study import Confirmer, Harness, StudyRunner
+from autotune.study import Confirmer, Harness, Machine, StudyRunner
 from autotune.study._confirm import round_order
 from autotune.study._verdict import Bounds, ConfirmRun, Stopping, evaluate, gain
 from autotune.vocab.slo import Slo
@@ -318,7 +318,7 @@ def test_the_confirm_step_leases_devices_as_the_trials_did(
             return super().__call__(config, trial_dir)
 
     pool = DevicePool([4, 5], platform="cuda")
-    harness = Harness(spec, space, Watching(random.Random(7)), pool=pool)
+    harness = Harness(spec, space, Watching(random.Random(7)), machine=Machine(pool=pool))
     Confirmer.of(harness, store).run(top=2, rounds=2)
     assert seen and all(d in ("4", "5") for d in seen), seen
     assert pool.free == [4, 5]  # every lease given back

@@ -18,7 +18,7 @@ from autotune.engine import EngineConfig
 from autotune.measure import Measurement
 from autotune.space import SearchSpace
 from autotune.store import StudyStore
-from autotune.study import Confirmer, Harness, StudyError, StudyRunner
+from autotune.study import Confirmer, Harness, Machine, StudyError, StudyRunner
 from autotune.study._slos import StudyBounds
 from study.fakes import FakeMeasure, MakeSpec, launched, records, tp_space
 
@@ -117,7 +117,7 @@ def test_side_by_side_lanes_wait_for_the_baseline(
     )
     pool = DevicePool([0, 1, 2, 3], platform="cuda")
     store = StudyStore(spec.storage_url)
-    StudyRunner(Harness(spec, space, timed, pool=pool, lanes=2), store).run()
+    StudyRunner(Harness(spec, space, timed, machine=Machine(pool=pool, lanes=2)), store).run()
     by_name = {name: (start, end) for name, start, end in spans}
     base_end = by_name.pop("trial-0000")[1]
     assert len(by_name) == 4 and all(start >= base_end for start, _ in by_name.values())

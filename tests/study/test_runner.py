@@ -17,6 +17,7 @@ from autotune.store import StudyStore
 from autotune.study import (
     Event,
     Harness,
+    Machine,
     SkipRule,
     StudyError,
     StudyResult,
@@ -363,7 +364,8 @@ def test_memory_estimate_skips_configs_that_cannot_fit(
     # A node with 1.5 GiB available: KV sizes above it cannot be allocated.
     node = DeviceMemory("cpu:node0", total_bytes=4 * 2**30, available_bytes=3 * 2**29)
     result = StudyRunner(
-        Harness(spec, space, measure, device_memory=lambda ids: node), StudyStore(spec.storage_url)
+        Harness(spec, space, measure, machine=Machine(device_memory=lambda ids: node)),
+        StudyStore(spec.storage_url),
     ).run()
     trials = records(spec)
     estimated = [t for t in trials if t.status == "predicted_oom"]
@@ -490,7 +492,8 @@ def test_estimate_for_a_space_of_any_platform_follows_the_device_it_read(
     # CPU rules check only the KV bytes, and every KV size of the space fits.
     node = DeviceMemory("cpu:node0", total_bytes=16 * 2**30, available_bytes=12 * 2**30)
     StudyRunner(
-        Harness(spec, space, measure, device_memory=lambda ids: node), StudyStore(spec.storage_url)
+        Harness(spec, space, measure, machine=Machine(device_memory=lambda ids: node)),
+        StudyStore(spec.storage_url),
     ).run()
     assert not [t for t in records(spec) if t.status == "predicted_oom"]
     assert len(measure.calls) == 4

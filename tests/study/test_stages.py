@@ -20,7 +20,7 @@ from autotune.search import StagedSampler, layout_winner
 from autotune.space import load_space
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialFacts, TrialRecord
-from autotune.study import Harness, StudyRunner, TrialStarted
+from autotune.study import Harness, Machine, StudyRunner, TrialStarted
 
 SPACE = """
 name: moe
@@ -78,7 +78,7 @@ def run_study(
     )
     pool = DevicePool([0, 1], platform="cuda")
     events: list[Any] = []
-    harness = Harness(spec, space, host, pool=pool, layout=layout)
+    harness = Harness(spec, space, host, machine=Machine(pool=pool), layout=layout)
     StudyRunner(harness, StudyStore(spec.storage_url), events.append).run()
     return StudyStore(spec.storage_url).trials(spec.study), events
 
