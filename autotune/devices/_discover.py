@@ -24,7 +24,7 @@ from autotune.devices._numa import (
     parse_cpulist,
 )
 from autotune.devices._nvml import nvidia_reader
-from autotune.devices._records import Runner, SmiParseError, run_tool
+from autotune.devices._records import SmiParseError, ToolRunner, run_tool
 from autotune.devices._topology import NPU_SMI_TOPO, Topology, parse_topology, renumbered
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ _TOOL_ERRORS = (subprocess.SubprocessError, SmiParseError, OSError)
 
 
 def discover(
-    platform: str = "auto", *, run: Runner | None = None, root: Path = Path("/")
+    platform: str = "auto", *, run: ToolRunner | None = None, root: Path = Path("/")
 ) -> Inventory:
     """The devices of `platform`: `ascend`, `cuda`, `cpu`, or `auto`.
 
@@ -48,7 +48,7 @@ def discover(
     if platform not in _ORDER:
         raise DeviceError(f"unknown platform {platform!r}: expected auto, cpu, cuda or ascend")
     runner = run or run_tool
-    readers: dict[str, Callable[[Runner, Path], Inventory]] = {
+    readers: dict[str, Callable[[ToolRunner, Path], Inventory]] = {
         "ascend": _ascend_inventory,
         "cuda": _cuda_inventory,
     }
@@ -73,7 +73,7 @@ def discover(
     return _cpu_inventory(root)
 
 
-def _ascend_inventory(run: Runner, root: Path) -> Inventory:
+def _ascend_inventory(run: ToolRunner, root: Path) -> Inventory:
     chips = parse_npu_smi_info(run(list(NPU_SMI_INFO))).devices
     # Ids are the runtime's (`NpuDevice.id`): in a container given host NPUs 4-7 they are 0-3,
     # and the name says which NPU npu-smi shows. One chip per NPU (A2): the topology matrix,
@@ -97,7 +97,7 @@ def _ascend_inventory(run: Runner, root: Path) -> Inventory:
     return Inventory("ascend", devices, topology)
 
 
-def _cuda_inventory(run: Runner, root: Path) -> Inventory:
+def _cuda_inventory(run: ToolRunner, root: Path) -> Inventory:
     """GPUs through NVML, else nvidia-smi (`nvidia_reader`)."""
     reader = nvidia_reader(run)
     gpus = sorted(reader.gpus(), key=lambda g: g.index)

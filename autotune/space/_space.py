@@ -31,7 +31,7 @@ from autotune.space._params import (
     format_value,
 )
 
-Platform = Literal["cpu", "cuda", "ascend", "any"]
+SpacePlatform = Literal["cpu", "cuda", "ascend", "any"]
 
 
 def _normalized_keys(mapping: dict[str, Any], where: str) -> dict[str, Any]:
@@ -54,7 +54,7 @@ class SearchSpace(BaseModel):
 
     name: str = Field(min_length=1, description="Short name (defaults to the file's stem)")
     description: str | None = Field(default=None, description="One line for humans")
-    platform: Platform = Field(default="any", description="Where the space applies")
+    platform: SpacePlatform = Field(default="any", description="Where the space applies")
     allow_unknown_options: StrictBool = Field(
         default=False, description="Accept option names that vLLM 0.32 does not know"
     )
