@@ -350,8 +350,9 @@ def test_dependencies_point_one_way() -> None:
 
 
 # A study's attributes are read and written through `StudyFacts` alone (autotune/store/_study.py):
-# no other module takes them by key from a store (`.study_attrs(`) or an Optuna study
-# (`study.user_attrs`, `study.set_user_attr`). A trial's are `TrialRecord` / `TrialFacts`'.
+# no other module takes them by key from a store (a `.study_attrs(` dict, as a removed shim
+# gave scripts) or an Optuna study (`study.user_attrs`, `study.set_user_attr`). A trial's are
+# `TrialRecord` / `TrialFacts`'.
 STUDY_ATTRS_OWNER = "autotune.store._study"
 STUDY_ATTRS = re.compile(r"\.study_attrs\(|\b\w*study\w*\.(?:user_attrs|set_user_attr)\b")
 

@@ -342,10 +342,6 @@ class StudyStore:
         with storage_errors(self.url):
             return StudyFacts.of(study)
 
-    def study_attrs(self, name: str) -> dict[str, Any]:
-        """Study `name`'s attributes as stored (`StudyFacts.stored`): for scripts."""
-        return self.study_facts(name).stored()
-
     def write_study_facts(self, name: str, **fields: Any) -> None:
         """Keep `fields` of `StudyFacts` with study `name`, e.g. the confirm step's result."""
         study = self.load(name)

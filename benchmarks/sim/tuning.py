@@ -283,7 +283,7 @@ def _deployed(
     (nothing deployed: 0, no miss)."""
     records = store.trials(spec.study)
     try:
-        facts = store.study_attrs(spec.study)
+        facts = store.study_facts(spec.study)
         chosen, _ = (choose_pooled_export if pooled else choose_export)(records, facts)
     except SelectionError:
         return 0.0, False
