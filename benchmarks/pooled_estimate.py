@@ -1,6 +1,6 @@
 """Does a measurement pooled with the engine model's prediction land nearer what the real engine
 measures on other runs of the config than the measurement alone?
-(autotune.answer.selection.estimate)
+(`estimate`, benchmarks/pooled_margin.py)
 
 The input is real studies run two or more times with one seed, so the same configs run in the
 same order (`autotune tune --sampler random --seed S`, each time under another `--study`).
@@ -41,16 +41,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from pooled_margin import ModelErrors, estimate, model_errors
 from prediction_error import read_study
 
 from autotune.answer.repeats import compared, config_key, noise
-from autotune.answer.selection import (
-    MARGIN_Z,
-    ModelErrors,
-    estimate,
-    model_errors,
-    normal_equivalent,
-)
+from autotune.answer.selection import MARGIN_Z, normal_equivalent
 from autotune.predict import engine_options
 from autotune.store import TrialRecord
 from autotune.study._screen import study_model

@@ -350,8 +350,9 @@ def test_dependencies_point_one_way() -> None:
 
 
 # A study's attributes are read and written through `StudyFacts` alone (autotune/store/_study.py):
-# no other module takes them by key from a store (`.study_attrs(`) or an Optuna study
-# (`study.user_attrs`, `study.set_user_attr`). A trial's are `TrialRecord` / `TrialFacts`'.
+# no other module takes them by key from a store (a `.study_attrs(` dict, as a removed shim
+# gave scripts) or an Optuna study (`study.user_attrs`, `study.set_user_attr`). A trial's are
+# `TrialRecord` / `TrialFacts`'.
 STUDY_ATTRS_OWNER = "autotune.store._study"
 STUDY_ATTRS = re.compile(r"\.study_attrs\(|\b\w*study\w*\.(?:user_attrs|set_user_attr)\b")
 
@@ -589,6 +590,69 @@ def test_the_platform_is_compared_by_its_members() -> None:
     assert not found, (
         "a platform compared with a bare string (use autotune.vocab.platform.Platform):\n"
         + "\n".join(found)
+    )
+
+
+# Each public name is defined once in the package: two things of one name mislead a reader
+# (and an import picks one silently). A definition is a top-level class or function, or a
+# module-level assignment to a CamelCase name (a type alias); imports (re-exports) are not, nor
+# constants (`__all__`, `GIB`). The allowed ones, each with why:
+SAME_NAME_ALLOWED: dict[str, str] = {
+    "main": "each entry point's conventional name (console script, `python -m` module)",
+    "make_tiny_model": "the CLI command is named as the function it runs (typer takes the name)",
+}
+CAMEL_CASE = re.compile(r"^[A-Z]\w*[a-z]\w*$")
+
+
+def definitions(root: Path, package: str = PACKAGE) -> dict[str, list[str]]:
+    """Public name -> the modules that define it at their top level."""
+    found: dict[str, list[str]] = {}
+    for module, path in module_files(root, package).items():
+        for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+            names: list[str] = []
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [
+                    t.id for t in targets if isinstance(t, ast.Name) and CAMEL_CASE.match(t.id)
+                ]
+            for name in names:
+                if not name.startswith("_"):
+                    found.setdefault(name, []).append(module)
+    return found
+
+
+def defined_twice(root: Path, package: str = PACKAGE) -> list[str]:
+    """`name: module, module` for each public name defined in more than one module."""
+    return [
+        f"{name}: {', '.join(modules)}"
+        for name, modules in sorted(definitions(root, package).items())
+        if len(modules) > 1 and name not in SAME_NAME_ALLOWED
+    ]
+
+
+def test_a_name_defined_twice_is_found(tmp_path: Path) -> None:
+    root = write_tree(
+        tmp_path,
+        {
+            "autotune/__init__.py": "from autotune.a import Thing\n__all__ = ['Thing']\n",
+            "autotune/a.py": "class Thing:\n    pass\ndef read(): ...\nGIB = 1\n_x = 1\n",
+            "autotune/b.py": "Thing = tuple[str, str]\nasync def read(): ...\nGIB = 2\n_x = 2\n",
+            "autotune/c.py": "from autotune.a import Thing, read\nclass _Private: ...\n",
+            "autotune/d.py": "class _Private: ...\ndef main(): ...\n",
+            "autotune/e.py": "Item: type = int\ndef main(): ...\n",
+            "autotune/f.py": "def f():\n    class Item: ...\n",  # not top-level
+        },
+    )
+    assert defined_twice(root) == ["Thing: autotune.a, autotune.b", "read: autotune.a, autotune.b"]
+
+
+def test_each_public_name_is_defined_once() -> None:
+    found = defined_twice(ROOT)
+    assert not found, (
+        "public names defined in two modules (rename the one that says less about what it is, "
+        "or import the one definition):\n" + "\n".join(found)
     )
 
 

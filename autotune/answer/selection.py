@@ -5,12 +5,11 @@ dashboard use them without the study machinery."""
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from autotune.answer.repeats import Noise, config_key
+from autotune.answer.repeats import Noise
 from autotune.store import StudyFacts, TrialRecord
 from autotune.vocab.numbers import readable
 from autotune.vocab.objectives import DEFAULT_OBJECTIVES
@@ -28,11 +27,6 @@ TIE = 0.02
 # as the normal sd of the same confidence (`normal_equivalent`): with 2 df a config must
 # measure 1.89 sd inside, not 1.28 (docs/metrics.md, "SLOs clear of the measured noise").
 MARGIN_Z = 1.2816
-# The engine model's prediction pools into that estimate once this many of its predictions of
-# the metric (other configs') were scored against their measurement; never surer than a
-# 2% sd, whatever its errors so far (docs/prediction.md, "The pooled margin").
-POOL_MIN = 4
-MIN_MODEL_SD = 0.02
 
 
 class SelectionError(Exception):
@@ -92,48 +86,6 @@ def pareto_front(
     return sorted(front, key=lambda t: -t.metric("output_throughput"))
 
 
-# Errors of the engine model's predictions, by metric: (the config's key, log(measured /
-# predicted)) of every measured trial that was predicted before it ran (`model_errors`).
-ModelErrors = Mapping[str, Sequence[tuple[str, float]]]
-
-
-def model_errors(trials: Sequence[TrialRecord]) -> dict[str, list[tuple[str, float]]]:
-    """Each metric's errors of the predictions made before measured trials ran, with the key
-    of the config each predicted: one per config, its first run's (`trials` as stored, not
-    `compared`; a re-measure was predicted by a model that had seen the config run)."""
-    out: dict[str, list[tuple[str, float]]] = {}
-    seen: set[str] = set()
-    for t in sorted(trials, key=lambda t: t.number):
-        if not t.measured or config_key(t) in seen:
-            continue
-        seen.add(config_key(t))
-        for name in t.prediction.get("metrics") or {}:
-            measured, predicted = t.metric(name), t.predicted(name)
-            if measured > 0 and predicted > 0 and math.isfinite(measured * predicted):
-                out.setdefault(name, []).append((config_key(t), math.log(measured / predicted)))
-    return out
-
-
-def estimate(
-    trial: TrialRecord, name: str, sd: float, errors: ModelErrors | None = None
-) -> tuple[float, float]:
-    """The log of `trial`'s value of metric `name` and its sd: the mean of its runs, each
-    within the study's run-to-run noise `sd`; with `errors`, pooled (inverse-variance) with
-    the prediction of its config that the engine model made before it ran, whose variance is
-    the mean square of the study's errors on other configs (`POOL_MIN` of them at least; their
-    own measurement noise is in them, so the model is never trusted more than it earned)."""
-    x, var = math.log(trial.metric(name)), sd * sd / trial.runs
-    predicted = trial.predicted(name)
-    key = config_key(trial)
-    others = [e for k, e in (errors or {}).get(name, ()) if k != key]
-    if not (predicted > 0 and math.isfinite(predicted)) or len(others) < POOL_MIN or var <= 0:
-        return x, math.sqrt(var)
-    var_model = max(statistics.fmean(e * e for e in others), MIN_MODEL_SD**2)
-    weight = var_model / (var + var_model)  # the measurement's
-    pooled = weight * x + (1.0 - weight) * math.log(predicted)
-    return pooled, math.sqrt(var * var_model / (var + var_model))
-
-
 def normal_equivalent(z: float, df: int) -> float:
     """A margin of `z` estimated sd, where the sd rests on `df` degrees of freedom, as the
     normal z of the same one-sided confidence: Phi^-1(T_df(z)), below `z` for any finite df
@@ -146,44 +98,31 @@ def normal_equivalent(z: float, df: int) -> float:
     return float(-ndtri(stdtr(df, -z)) if z >= 0 else ndtri(stdtr(df, z)))
 
 
-def margin(
-    trial: TrialRecord,
-    noise: Mapping[str, Noise],
-    relative: Collection[str] = (),
-    errors: ModelErrors | None = None,
-) -> float:
-    """How far inside its tightest SLO bound `trial` is, in sd of its estimate (`estimate`:
-    the mean of its runs, with `errors` pooled with the model's prediction), as the normal sd
-    of the same confidence where the noise rests on few runs (`normal_equivalent`): inf where
-    no SLO's noise was measured. The baseline is not judged against the `relative` SLOs: it
-    defines them."""
+def margin(trial: TrialRecord, noise: Mapping[str, Noise], relative: Collection[str] = ()) -> float:
+    """How far inside its tightest SLO bound `trial` is, in sd of the mean of its runs, as the
+    normal sd of the same confidence where the noise rests on few runs (`normal_equivalent`):
+    inf where no SLO's noise was measured. The baseline is not judged against the `relative`
+    SLOs: it defines them."""
     out = math.inf
     for name, c in trial.constraints.items():
         if name in NOT_SLOS or name not in noise or noise[name].sd <= 0 or c <= -1:
             continue
         if name in relative and trial.role == "baseline":
             continue
-        if errors is None:  # the runs alone: log(measured / bound) = log1p(c)
-            z = -math.log1p(c) / (noise[name].sd / math.sqrt(trial.runs))
-        else:
-            bound = math.log(trial.metric(name)) - math.log1p(c)
-            x, sd = estimate(trial, name, noise[name].sd, errors)
-            z = (bound - x) / sd
+        # log(measured / bound) = log1p(c), over the sd of the mean of its runs
+        z = -math.log1p(c) / (noise[name].sd / math.sqrt(trial.runs))
         out = min(out, normal_equivalent(z, noise[name].df))
     return out
 
 
 def clear_of_noise(
-    trials: Sequence[TrialRecord],
-    noise: Mapping[str, Noise],
-    relative: Collection[str] = (),
-    errors: ModelErrors | None = None,
+    trials: Sequence[TrialRecord], noise: Mapping[str, Noise], relative: Collection[str] = ()
 ) -> list[TrialRecord] | None:
-    """The feasible trials that hold every SLO by `MARGIN_Z` sd of their estimate (a pick
-    among them does not flip to a config that truly misses one); None where none does, or
-    where no feasible trial has an SLO whose noise was measured (nothing to hold a margin
-    against). A trial that measured outside a bound is never held, whatever the model says."""
-    margins = [(t, margin(t, noise, relative, errors)) for t in trials if t.feasible]
+    """The feasible trials that hold every SLO by `MARGIN_Z` sd of the mean of their runs (a
+    pick among them does not flip to a config that truly misses one); None where none does,
+    or where no feasible trial has an SLO whose noise was measured (nothing to hold a margin
+    against)."""
+    margins = [(t, margin(t, noise, relative)) for t in trials if t.feasible]
     if not any(m < math.inf for _, m in margins):
         return None
     held = [t for t, m in margins if m >= MARGIN_Z]
@@ -197,7 +136,6 @@ def pick(
     number: int | None = None,
     noise: Mapping[str, Noise] | None = None,
     relative: Collection[str] = (),
-    errors: ModelErrors | None = None,
 ) -> TrialRecord:
     """The trial to export: by number, or by a rule over the feasible Pareto front.
 
@@ -207,7 +145,19 @@ def pick(
     (`clear_of_noise`; the `relative` SLOs bind all but the baseline), where any do."""
     if number is not None:
         return _by_number(trials, number)
-    pool = clear_of_noise(trials, noise or {}, relative, errors) or trials
+    pool = clear_of_noise(trials, noise or {}, relative) or trials
+    return best_of(trials, pool, objectives, how)
+
+
+def best_of(
+    trials: Sequence[TrialRecord],
+    pool: Sequence[TrialRecord],
+    objectives: Sequence[tuple[str, str]],
+    how: str = "max-throughput",
+) -> TrialRecord:
+    """The rule `how`'s trial over the feasible Pareto front of `pool` (the trials `pick`
+    holds clear of the noise, else all); where it has none, the error names the trial of
+    `trials` closest to the constraints."""
     front = pareto_front(pool, objectives)
     if not front:
         near = closest(trials)

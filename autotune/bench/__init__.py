@@ -11,7 +11,7 @@ from autotune.bench._client import (
     StreamError,
 )
 from autotune.bench._counters import EngineCounters, parse_counters, rates, with_rates
-from autotune.bench._guard import Abort, AbortKind, BenchmarkAborted, Guard
+from autotune.bench._guard import AbortCause, AbortKind, BenchmarkAborted, Guard
 from autotune.bench._intervals import t_quantile
 from autotune.bench._load import LoadProfile, warmup_for
 from autotune.bench._metrics import (
@@ -71,7 +71,7 @@ __all__ = [
     "PER_TOKEN_COSTS",
     "RATES",
     "THROUGHPUTS",
-    "Abort",
+    "AbortCause",
     "AbortKind",
     "BenchmarkAborted",
     "Capacity",

@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol, get_args
 
 import httpx
 
-from autotune.bench._guard import Abort, BenchmarkAborted, Guard
+from autotune.bench._guard import AbortCause, BenchmarkAborted, Guard
 from autotune.bench._http import AiohttpLines, HTTPStreamError, HttpxLines, LineStream
 from autotune.bench._load import LoadProfile
 from autotune.bench._records import RequestRecord
@@ -205,14 +205,14 @@ class OpenAICompletionsClient:
         if run.done():
             watch.cancel()
             return run.result()
-        abort: Abort = watch.result()
+        abort: AbortCause = watch.result()
         run.cancel()  # every request task records itself as aborted, see `_run_all`
         with suppress(asyncio.CancelledError):
             await run
         records = self._aborted_records if run.cancelled() else run.result()
         raise BenchmarkAborted(abort, records)
 
-    async def _watch(self, guard: Guard, started: float) -> Abort:
+    async def _watch(self, guard: Guard, started: float) -> AbortCause:
         while True:
             await asyncio.sleep(guard.interval_s)
             finished = self._finished if self._judged else ()

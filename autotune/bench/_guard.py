@@ -1,7 +1,7 @@
 """Watching a benchmark while it runs: a dead engine, a hang, an overrun end it at once.
 
 The client calls `Guard.check` on its own schedule (every `interval_s`) with the time of the
-last streamed line and the number of requests in flight; the guard answers with an `Abort` or
+last streamed line and the number of requests in flight; the guard answers with an `AbortCause` or
 None. The engine probe is given by whoever owns the engine (the launcher knows its process and
 its log); the client knows only that a probe exists.
 """
@@ -23,7 +23,9 @@ class AbortKind(StrEnum):
 
 
 @dataclass(frozen=True)
-class Abort:
+class AbortCause:
+    """Why the guard stops a run: the limit it hit and, in words, how."""
+
     kind: AbortKind
     reason: str
 
@@ -31,7 +33,7 @@ class Abort:
 class BenchmarkAborted(Exception):
     """The run was stopped early; `records` holds what was measured (unfinished ones errored)."""
 
-    def __init__(self, abort: Abort, records: list[RequestRecord]) -> None:
+    def __init__(self, abort: AbortCause, records: list[RequestRecord]) -> None:
         super().__init__(f"{abort.kind}: {abort.reason}")
         self.abort = abort
         self.records = records
@@ -61,17 +63,19 @@ class Guard:
         last_progress: float,
         in_flight: int,
         finished: Sequence[RequestRecord] = (),
-    ) -> Abort | None:
+    ) -> AbortCause | None:
         if self.probe is not None and (reason := self.probe()) is not None:
-            return Abort(AbortKind.ENGINE, reason)
+            return AbortCause(AbortKind.ENGINE, reason)
         if self.hang_s is not None and in_flight and now - last_progress > self.hang_s:
-            return Abort(
+            return AbortCause(
                 AbortKind.HANG,
                 f"no token streamed for {now - last_progress:.0f} s "
                 f"with {in_flight} requests in flight",
             )
         if self.deadline_s is not None and now - started > self.deadline_s:
-            return Abort(AbortKind.DEADLINE, f"benchmark still running after {self.deadline_s:g} s")
+            return AbortCause(
+                AbortKind.DEADLINE, f"benchmark still running after {self.deadline_s:g} s"
+            )
         if self.judge is not None and finished and (reason := self.judge(finished)) is not None:
-            return Abort(AbortKind.PRUNED, reason)
+            return AbortCause(AbortKind.PRUNED, reason)
         return None

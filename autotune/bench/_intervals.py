@@ -34,7 +34,7 @@ _Z = NormalDist().inv_cdf(0.5 + LEVEL / 2)
 _RATES = ("output_throughput", "total_throughput", "request_throughput", "goodput")
 _LATENCIES = ("ttft", "tpot", "e2e", "itl")
 
-Interval = tuple[float, float]
+LowHigh = tuple[float, float]  # a confidence interval: (low, high)
 
 
 def t_quantile(df: int, level: float = LEVEL) -> float:
@@ -78,7 +78,7 @@ def relative_halfwidth(samples: Sequence[float]) -> float:
     return half / mean
 
 
-def quantile_interval(values: Sequence[float], q: float) -> Interval:
+def quantile_interval(values: Sequence[float], q: float) -> LowHigh:
     """The distribution-free 90% interval of the q-th percentile (0-100) of `values`' law:
     order statistics at ranks `n p -+ z sqrt(n p (1 - p))` (continuity-corrected, 1-based);
     `inf` where the upper rank runs past the largest value, `-inf` below the smallest."""
@@ -95,7 +95,7 @@ def quantile_interval(values: Sequence[float], q: float) -> Interval:
     return (lo, hi)
 
 
-def mean_interval(values: Sequence[float]) -> Interval:
+def mean_interval(values: Sequence[float]) -> LowHigh:
     if len(values) < 2:
         return (-math.inf, math.inf) if values else (math.inf, math.inf)
     mean = statistics.fmean(values)
@@ -103,7 +103,7 @@ def mean_interval(values: Sequence[float]) -> Interval:
     return (mean - half, mean + half)
 
 
-def wilson(errors: int, total: int) -> Interval:
+def wilson(errors: int, total: int) -> LowHigh:
     """Wilson's 90% interval of a proportion of `errors` in `total`."""
     if total == 0:
         return (0.0, 1.0)
@@ -115,10 +115,10 @@ def wilson(errors: int, total: int) -> Interval:
 
 def intervals_of(
     runs: Sequence[Sequence[RequestRecord]], values: Mapping[str, float]
-) -> dict[str, Interval]:
+) -> dict[str, LowHigh]:
     """{metric: 90% interval} for the rates, latency statistics and error rate of `runs`'
     records (their requests pooled), the rates' around `values` (the summary's figures)."""
-    out: dict[str, Interval] = {}
+    out: dict[str, LowHigh] = {}
     half = relative_halfwidth(rate_batches(runs))
     for name in (*_RATES, "run_output_throughput"):
         value = values.get(name)

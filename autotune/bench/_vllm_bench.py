@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.bench._client import LoadClient, LoadClientError
-from autotune.bench._guard import Abort, BenchmarkAborted, Guard
+from autotune.bench._guard import AbortCause, BenchmarkAborted, Guard
 from autotune.bench._load import LoadProfile
 from autotune.bench._records import RequestRecord
 from autotune.bench._workload import AnyWorkload, RequestSpec, TraceWorkload
@@ -253,7 +253,7 @@ class VllmBenchClient:
         return lines
 
 
-def _aborted(count: int, abort: Abort) -> list[RequestRecord]:
+def _aborted(count: int, abort: AbortCause) -> list[RequestRecord]:
     """Every request errored: vLLM's client keeps its per-request results to the end."""
     return [
         RequestRecord(i, 0.0, None, (), 0.0, 0, 0, f"aborted: {abort.kind}") for i in range(count)

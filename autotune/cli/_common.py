@@ -9,6 +9,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -30,6 +31,12 @@ from autotune.store import (
     redact,
 )
 from autotune.study import StudyError, StudyMismatch
+
+# The `--storage` and `--root` options of the commands that read a study.
+StorageOpt = Annotated[
+    str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY/study.db)")
+]
+RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
 
 
 def _console(stderr: bool = False) -> Console:

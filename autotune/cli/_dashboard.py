@@ -10,6 +10,8 @@ import typer
 
 from autotune.cli._common import (
     InputError,
+    RootOpt,
+    StorageOpt,
     checked_name,
     checked_output,
     checked_store,
@@ -29,10 +31,6 @@ from autotune.dashboard import (
     write_report,
 )
 
-StorageOpt = Annotated[
-    str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY/study.db)")
-]
-RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
 HOST_ENV = "AUTOTUNE_DASHBOARD_HOST"
 
 

@@ -10,15 +10,12 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from autotune.cli._common import InputError, cli_errors, console, open_store
+from autotune.cli._common import InputError, RootOpt, StorageOpt, cli_errors, console, open_store
 from autotune.cli._table import Format
 from autotune.inputs.yamlfile import load_yaml
 from autotune.store import StudyFacts
 from autotune.vocab.platform import Platform
 from autotune.vocab.slo import bounds_of
-
-StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
-RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
 
 
 def predict(

@@ -10,12 +10,9 @@ import typer
 from autotune.answer.export import choose_export, control_characters, export_trial
 from autotune.answer.selection import PICKS, InfeasibleError
 from autotune.answer.trial_data import flat_columns, flat_row, trial_rows
-from autotune.cli._common import InputError, cli_errors, console, open_store
+from autotune.cli._common import InputError, RootOpt, StorageOpt, cli_errors, console, open_store
 from autotune.cli._render import print_front
 from autotune.cli._table import Format, rows_csv, rows_json
-
-StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
-RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
 
 
 def show(

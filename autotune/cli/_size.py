@@ -8,12 +8,17 @@ from typing import Annotated
 import typer
 
 from autotune.answer.sizing import size_for
-from autotune.cli._common import InputError, check_bounded, cli_errors, console, open_store
+from autotune.cli._common import (
+    InputError,
+    RootOpt,
+    StorageOpt,
+    check_bounded,
+    cli_errors,
+    console,
+    open_store,
+)
 from autotune.inputs.limits import MAX_PARALLEL, MAX_PRICE, MAX_RATE, MAX_TRIALS
 from autotune.vocab.slo import slo_text
-
-StorageOpt = Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: ROOT/STUDY)")]
-RootOpt = Annotated[Path, typer.Option(help="Folder for studies")]
 
 
 def size(

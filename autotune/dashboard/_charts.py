@@ -23,7 +23,7 @@ from autotune.store import TrialRecord
 from autotune.vocab.numbers import readable
 
 Figure = dict[str, Any]
-Objective = tuple[str, str]  # (metric, "maximize" | "minimize")
+ObjectivePair = tuple[str, str]  # (metric, "maximize" | "minimize")
 
 WINNER = "exported winner"
 BASELINE = "baseline"
@@ -93,7 +93,9 @@ def _points(
     }
 
 
-def front_2d(trials: Sequence[TrialRecord], x: Objective, y: Objective) -> list[TrialRecord]:
+def front_2d(
+    trials: Sequence[TrialRecord], x: ObjectivePair, y: ObjectivePair
+) -> list[TrialRecord]:
     """The trials no other of `trials` beats on both `x` and `y`, in x order."""
     sx = 1.0 if x[1] == "maximize" else -1.0
     sy = 1.0 if y[1] == "maximize" else -1.0
@@ -140,8 +142,8 @@ def slo_shapes(slos: dict[str, float], x: str, y: str) -> list[dict[str, Any]]:
 
 def pareto(
     trials: Sequence[TrialRecord],
-    x: Objective,
-    y: Objective,
+    x: ObjectivePair,
+    y: ObjectivePair,
     slos: dict[str, float],
     baseline: int | None,
     winner: int | None,
@@ -200,7 +202,7 @@ def _far_bound(bound: float | None, values: Sequence[float]) -> bool:
     return bound is not None and min(values) > 0 and bound > FAR * max(values)
 
 
-def history(trials: Sequence[TrialRecord], objective: Objective) -> Figure:
+def history(trials: Sequence[TrialRecord], objective: ObjectivePair) -> Figure:
     """Each measured trial's first objective by trial number, and the best feasible so far."""
     metric, direction = objective
     title = f"best {metric_label(metric)} so far"

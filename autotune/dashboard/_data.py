@@ -81,7 +81,7 @@ class StudyRow(View):
     best_trial: int | None = None
 
 
-class Objective(View):
+class ObjectiveView(View):
     metric: str
     direction: str
     label: str
@@ -129,7 +129,7 @@ class StudyView(View):
 
     row: StudyRow
     storage: str
-    objectives: list[Objective]
+    objectives: list[ObjectiveView]
     slos: dict[str, float] = Field(default_factory=dict)
     slo_text: str = "none"  # the bounds, and what a baseline-relative one came from
     workload: str = ""
@@ -142,7 +142,7 @@ class StudyView(View):
     confirm: ConfirmView | None = None
     importance: dict[str, float] = Field(default_factory=dict)
     importance_note: str = ""
-    y_options: list[Objective] = Field(default_factory=list)
+    y_options: list[ObjectiveView] = Field(default_factory=list)
     param_names: list[str] = Field(default_factory=list)
     param_pair: list[str] = Field(default_factory=list)
     figures: dict[str, Any] = Field(default_factory=dict)
@@ -246,7 +246,9 @@ def default_params(names: Sequence[str]) -> list[str]:
     return [first, second] if first and second and first != second else []
 
 
-def y_options(objectives: Sequence[tuple[str, str]], slos: Sequence[str] = ()) -> list[Objective]:
+def y_options(
+    objectives: Sequence[tuple[str, str]], slos: Sequence[str] = ()
+) -> list[ObjectiveView]:
     """The Pareto chart's y choices: the other objectives, the SLOs' metrics (each an upper
     bound, drawn as its line), then p99 TTFT and p99 TPOT."""
     x = objectives[0][0]
@@ -255,7 +257,7 @@ def y_options(objectives: Sequence[tuple[str, str]], slos: Sequence[str] = ()) -
     for metric, direction in [*objectives[1:], *((m, "minimize") for m in lower)]:
         if metric != x and metric not in seen:
             seen[metric] = direction
-    return [Objective(metric=m, direction=d, label=metric_label(m)) for m, d in seen.items()]
+    return [ObjectiveView(metric=m, direction=d, label=metric_label(m)) for m, d in seen.items()]
 
 
 def winner(
@@ -305,7 +307,7 @@ def confirm_view(facts: StudyFacts) -> ConfirmView | None:
     )
 
 
-def trial_row(t: TrialRecord, columns: Sequence[str], front: set[int]) -> TrialRow:
+def trial_table_row(t: TrialRecord, columns: Sequence[str], front: set[int]) -> TrialRow:
     return TrialRow(
         number=t.number,
         role=t.role,
@@ -355,12 +357,14 @@ def study_view(catalog: Catalog, name: str) -> StudyView:
     return StudyView(
         row=study_row(name, records, facts, picked),
         storage=redact(store.url),
-        objectives=[Objective(metric=m, direction=d, label=metric_label(m)) for m, d in objectives],
+        objectives=[
+            ObjectiveView(metric=m, direction=d, label=metric_label(m)) for m, d in objectives
+        ],
         slos=slos,
         slo_text=slo_text(facts.all_slos),
         workload=compact(facts.workload, ", "),
         load=compact(facts.load, ", "),
-        trials=[trial_row(t, columns, front) for t in records],
+        trials=[trial_table_row(t, columns, front) for t in records],
         front=sorted(front),
         baseline=base_number,
         winner=chosen,

@@ -110,7 +110,7 @@ def trial_view(catalog: Catalog, name: str, number: int) -> TrialView:
     _, records, facts = read_study(catalog.store(name), name)
     t = find_trial(records, number)
     text = render_export(name, t, facts, export_name(name, number), f"trial {number}")
-    log, source = engine_log(t)
+    log, source = engine_log_tail(t)
     figures, note = latency_figures(t)
     return TrialView(
         study=name,
@@ -147,7 +147,7 @@ def trial_view(catalog: Catalog, name: str, number: int) -> TrialView:
             if name in REPORTED
         ],
         figures=figures,
-        profile=read_profile(profile_dir(catalog, name, t)),
+        profile=read_profile(trial_profile_dir(catalog, name, t)),
         signature=signature(records, facts),
     )
 
@@ -182,7 +182,7 @@ def latency_rows(t: TrialRecord) -> list[LatencyRow]:
     return rows
 
 
-def engine_log(t: TrialRecord) -> tuple[str, str]:
+def engine_log_tail(t: TrialRecord) -> tuple[str, str]:
     """The end of the trial's engine.log, else the tail stored with the trial."""
     if t.trial_dir:
         path = Path(t.trial_dir) / layout.ENGINE_LOG
@@ -222,7 +222,7 @@ def latency_figures(t: TrialRecord) -> tuple[dict[str, Any], str]:
     return figures, f"{len(records)} successful requests from {path}"
 
 
-def profile_dir(catalog: Catalog, name: str, t: TrialRecord) -> Path | None:
+def trial_profile_dir(catalog: Catalog, name: str, t: TrialRecord) -> Path | None:
     """`ROOT/STUDY/profiles/trial-NNNN`, or the same beside the trial's own folder."""
     leaf = Path(layout.PROFILES_DIR) / layout.trial_name(t.number)
     candidates = [catalog.study_dir(name) / leaf]
@@ -270,5 +270,5 @@ def profile_file(folder: Path, name: str) -> Path | None:
 def profile_download(catalog: Catalog, name: str, number: int, file: str) -> Path | None:
     """The profile file to send for `/studies/NAME/trials/N/profile/FILE`, if allowed."""
     _, records, _ = read_study(catalog.store(name), name)
-    folder = profile_dir(catalog, name, find_trial(records, number))
+    folder = trial_profile_dir(catalog, name, find_trial(records, number))
     return profile_file(folder, file) if folder is not None else None

@@ -41,8 +41,8 @@ from autotune.devices._pool import DevicePool, Lease
 from autotune.devices._records import (
     DeviceMemory,
     DeviceProcess,
-    Runner,
     SmiParseError,
+    ToolRunner,
     run_tool,
 )
 from autotune.devices._release import (
@@ -84,8 +84,8 @@ __all__ = [
     "NvmlReader",
     "Platform",
     "ReleaseResult",
-    "Runner",
     "SmiParseError",
+    "ToolRunner",
     "Topology",
     "cpu_flags",
     "cpu_memory",

@@ -24,7 +24,7 @@ from autotune.devices._numa import (
     parse_cpulist,
 )
 from autotune.devices._nvml import nvidia_reader
-from autotune.devices._records import Runner, SmiParseError, run_tool
+from autotune.devices._records import SmiParseError, ToolRunner, run_tool
 from autotune.devices._topology import NPU_SMI_TOPO, Topology, parse_topology, renumbered
 from autotune.vocab.platform import Platform
 
@@ -41,7 +41,7 @@ _TOOL_ERRORS = (subprocess.SubprocessError, SmiParseError, OSError)
 
 
 def discover(
-    platform: str = "auto", *, run: Runner | None = None, root: Path = Path("/")
+    platform: str = "auto", *, run: ToolRunner | None = None, root: Path = Path("/")
 ) -> Inventory:
     """The devices of `platform`: `ascend`, `cuda`, `cpu`, or `auto`.
 
@@ -54,7 +54,7 @@ def discover(
     if platform not in _ORDER:
         raise DeviceError(f"unknown platform {platform!r}: expected auto, cpu, cuda or ascend")
     runner = run or run_tool
-    readers: dict[Platform, Callable[[Runner, Path], Inventory]] = {
+    readers: dict[Platform, Callable[[ToolRunner, Path], Inventory]] = {
         Platform.ASCEND: _ascend_inventory,
         Platform.CUDA: _cuda_inventory,
     }
@@ -79,7 +79,7 @@ def discover(
     return _cpu_inventory(root)
 
 
-def _ascend_inventory(run: Runner, root: Path) -> Inventory:
+def _ascend_inventory(run: ToolRunner, root: Path) -> Inventory:
     chips = parse_npu_smi_info(run(list(NPU_SMI_INFO))).devices
     # Ids are the runtime's (`NpuDevice.id`): in a container given host NPUs 4-7 they are 0-3,
     # and the name says which NPU npu-smi shows. One chip per NPU (A2): the topology matrix,
@@ -103,7 +103,7 @@ def _ascend_inventory(run: Runner, root: Path) -> Inventory:
     return Inventory(Platform.ASCEND, devices, topology)
 
 
-def _cuda_inventory(run: Runner, root: Path) -> Inventory:
+def _cuda_inventory(run: ToolRunner, root: Path) -> Inventory:
     """GPUs through NVML, else nvidia-smi (`nvidia_reader`)."""
     reader = nvidia_reader(run)
     gpus = sorted(reader.gpus(), key=lambda g: g.index)

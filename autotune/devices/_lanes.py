@@ -15,7 +15,7 @@ from pathlib import Path
 from autotune.devices._cpu_slots import split_cpu
 from autotune.devices._inventory import DeviceError, Inventory
 from autotune.devices._pool import DevicePool
-from autotune.devices._records import DeviceProcess, Runner, run_tool
+from autotune.devices._records import DeviceProcess, ToolRunner, run_tool
 from autotune.devices._release import process_reader
 from autotune.devices._selection import discover_selected, select_devices
 from autotune.vocab.platform import AnyPlatform, Platform
@@ -29,7 +29,7 @@ def plan_lanes(
     devices: str | None = None,
     *,
     busy_share: float = 1.0,
-    run: Runner | None = None,
+    run: ToolRunner | None = None,
     root: Path = Path("/"),
 ) -> tuple[DevicePool | None, int]:
     """(pool, trials at once) for a space of `platform` (cpu, cuda, ascend, or any: whatever
@@ -57,7 +57,7 @@ def plan_lanes(
     return pool, lanes
 
 
-def without_busy(inventory: Inventory, busy_share: float, run: Runner) -> Inventory:
+def without_busy(inventory: Inventory, busy_share: float, run: ToolRunner) -> Inventory:
     """The GPUs or NPUs of `inventory` that no other job holds: used memory at most
     `busy_share` of the total (an idle 910B reports about 3.3 of 64 GB in use, an idle GPU a
     few hundred MB) and no process listed on it. One line per device left out; DeviceError
@@ -88,7 +88,7 @@ def without_busy(inventory: Inventory, busy_share: float, run: Runner) -> Invent
     return select_devices(inventory, free)
 
 
-def _processes(platform: Platform, run: Runner) -> list[DeviceProcess]:
+def _processes(platform: Platform, run: ToolRunner) -> list[DeviceProcess]:
     """The processes the device tool lists (none where it cannot list them)."""
     try:
         return process_reader(platform, run)()

@@ -10,7 +10,7 @@ from pathlib import Path
 from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
 from autotune.devices._cpu import cpu_memory
 from autotune.devices._nvml import nvidia_reader
-from autotune.devices._records import DeviceMemory, Runner, SmiParseError, run_tool
+from autotune.devices._records import DeviceMemory, SmiParseError, ToolRunner, run_tool
 from autotune.vocab.platform import AnyPlatform, Platform
 
 logger = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ def device_memory(
     platform: AnyPlatform,
     ids: Sequence[int] | None = None,
     *,
-    run: Runner | None = None,
+    run: ToolRunner | None = None,
     root: Path = Path("/"),
 ) -> DeviceMemory | None:
     """Memory of the devices a trial runs on: the tightest of `ids` (a tensor-parallel trial's
@@ -73,7 +73,7 @@ def _tightest(
     return min((m for m in found if m is not None), key=lambda m: m.available_bytes)
 
 
-def gpu_compute_capability(*, run: Runner | None = None) -> tuple[int, int] | None:
+def gpu_compute_capability(*, run: ToolRunner | None = None) -> tuple[int, int] | None:
     """The lowest compute capability of the host's GPUs, as NVML (else nvidia-smi) reports it;
     None when neither is there, one fails or reports none (then nothing is judged by it)."""
     try:
@@ -86,7 +86,7 @@ def gpu_compute_capability(*, run: Runner | None = None) -> tuple[int, int] | No
     return min(caps, default=None)
 
 
-def _gpus(run: Runner) -> dict[int, DeviceMemory | None]:
+def _gpus(run: ToolRunner) -> dict[int, DeviceMemory | None]:
     try:
         gpus = nvidia_reader(run).gpus()
     except FileNotFoundError as err:
@@ -94,13 +94,13 @@ def _gpus(run: Runner) -> dict[int, DeviceMemory | None]:
     return {g.index: g.memory() for g in gpus}
 
 
-def _npus(run: Runner) -> dict[int, DeviceMemory | None]:
+def _npus(run: ToolRunner) -> dict[int, DeviceMemory | None]:
     """By the pool's ids (the runtime's, `NpuDevice.id`)."""
     devices = parse_npu_smi_info(_output(run, list(NPU_SMI_INFO))).devices
     return {d.id: d.memory() for d in devices}
 
 
-def _output(run: Runner, argv: list[str]) -> str:
+def _output(run: ToolRunner, argv: list[str]) -> str:
     try:
         return run(argv)
     except FileNotFoundError as err:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autotune.devices._records import MIB, DeviceMemory, DeviceProcess, Runner, SmiParseError
+from autotune.devices._records import MIB, DeviceMemory, DeviceProcess, SmiParseError, ToolRunner
 from autotune.devices._topology import NVIDIA_TOPO, Topology, parse_topology
 
 logger = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class SmiReader:
     """NVIDIA GPUs read from nvidia-smi's output, each query run by `run` (`run_tool`, or a
     test's recorded output); the same answers as `NvmlReader`'s."""
 
-    run: Runner
+    run: ToolRunner
     source = "nvidia-smi"
 
     def gpus(self) -> list[NvidiaGpu]:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from autotune.devices._numa import format_cpulist
 from autotune.devices._nvidia import NvidiaGpu, SmiReader
-from autotune.devices._records import DeviceProcess, Runner, run_tool
+from autotune.devices._records import DeviceProcess, ToolRunner, run_tool
 from autotune.devices._topology import Topology
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class NvmlError(OSError):
     """NVML answered a query with an error (a device tool that failed, as the callers see it)."""
 
 
-def nvidia_reader(run: Runner | None = None) -> NvidiaReader:
+def nvidia_reader(run: ToolRunner | None = None) -> NvidiaReader:
     """NVML where the host's own tools are asked for (`run` None or `run_tool`) and NVML loads;
     nvidia-smi through `run` otherwise (a test's recorded output, or a host without NVML)."""
     if run is None or run is run_tool:

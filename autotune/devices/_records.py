@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from autotune.vocab.platform import Platform
 
-Runner = Callable[[list[str]], str]  # a device tool's argv -> its stdout
+ToolRunner = Callable[[list[str]], str]  # a device tool's argv -> its stdout
 TOOL_TIMEOUT_S = 10.0
 MIB = 1 << 20  # nvidia-smi reports MiB; npu-smi's "MB" columns are MiB too (HBM 65536 = 64 GiB)
 

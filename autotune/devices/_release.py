@@ -30,7 +30,7 @@ from autotune.devices._ascend import NPU_SMI_INFO, parse_npu_smi_info
 from autotune.devices._inventory import VISIBLE_DEVICES
 from autotune.devices._nvidia import gpu_devices
 from autotune.devices._nvml import nvidia_reader
-from autotune.devices._records import DeviceProcess, Runner, SmiParseError, run_tool
+from autotune.devices._records import DeviceProcess, SmiParseError, ToolRunner, run_tool
 from autotune.vocab.platform import AnyPlatform, Platform
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def wait_released(
     devices: Sequence[str] | None,
     timeout_s: float,
     *,
-    run: Runner | None = None,
+    run: ToolRunner | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     poll_s: float = 0.5,
@@ -89,7 +89,7 @@ def _pids_released(
     pids: Collection[int],
     devices: Sequence[str] | None,
     timeout_s: float,
-    run: Runner | None,
+    run: ToolRunner | None,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     poll_s: float,
@@ -116,7 +116,7 @@ class _Poll:
     """Polling one tool for the processes of `wanted` on the devices `on`."""
 
     platform: Platform
-    run: Runner
+    run: ToolRunner
     wanted: frozenset[int]
     on: frozenset[str] | None
 
@@ -158,12 +158,12 @@ class _Poll:
         return on_device and process.is_one_of(self.wanted)
 
 
-def process_reader(platform: Platform, run: Runner) -> Callable[[], list[DeviceProcess]]:
+def process_reader(platform: Platform, run: ToolRunner) -> Callable[[], list[DeviceProcess]]:
     """Reads the processes on the host's GPUs (`cuda`) or NPUs (`ascend`)."""
     return _cuda_reader(run) if platform == Platform.CUDA else _ascend_reader(run)
 
 
-def _cuda_reader(run: Runner) -> Callable[[], list[DeviceProcess]]:
+def _cuda_reader(run: ToolRunner) -> Callable[[], list[DeviceProcess]]:
     """Processes on GPUs, named `cuda:INDEX` (GPUs are listed once, on the first read)."""
     reader = nvidia_reader(run)
     names: dict[str, str] = {}
@@ -176,12 +176,12 @@ def _cuda_reader(run: Runner) -> Callable[[], list[DeviceProcess]]:
     return read
 
 
-def _ascend_reader(run: Runner) -> Callable[[], list[DeviceProcess]]:
+def _ascend_reader(run: ToolRunner) -> Callable[[], list[DeviceProcess]]:
     return lambda: parse_npu_smi_info(run(list(NPU_SMI_INFO))).processes
 
 
 def memory_before_launch(
-    platform: AnyPlatform, env: Mapping[str, str], run: Runner | None = None
+    platform: AnyPlatform, env: Mapping[str, str], run: ToolRunner | None = None
 ) -> dict[str, int]:
     """`used_memory` of the devices an engine started with `env` will see (its
     `CUDA_VISIBLE_DEVICES` / `ASCEND_RT_VISIBLE_DEVICES`; every device without one): the
@@ -195,7 +195,7 @@ def memory_before_launch(
     return {name: level for name, level in used.items() if name in names}
 
 
-def used_memory(platform: AnyPlatform, run: Runner | None = None) -> dict[str, int]:
+def used_memory(platform: AnyPlatform, run: ToolRunner | None = None) -> dict[str, int]:
     """Bytes in use per device name (`cuda:0`, `npu:3`), as the tool reports them; {} on CPU,
     and where the tool is missing or fails (then nothing is waited for by memory)."""
     if platform not in (Platform.CUDA, Platform.ASCEND):
@@ -216,7 +216,7 @@ def _memory_back(
     platform: AnyPlatform,
     before: Mapping[str, int],
     timeout_s: float,
-    run: Runner,
+    run: ToolRunner,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     poll_s: float,

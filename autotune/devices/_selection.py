@@ -14,7 +14,7 @@ from pathlib import Path
 from autotune.devices._discover import discover
 from autotune.devices._inventory import VISIBLE_DEVICES, DeviceError, Inventory
 from autotune.devices._numa import format_cpulist
-from autotune.devices._records import Runner
+from autotune.devices._records import ToolRunner
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def discover_selected(
     platform: str,
     devices: str | None,
     *,
-    run: Runner | None = None,
+    run: ToolRunner | None = None,
     root: Path = Path("/"),
     env: Mapping[str, str] | None = None,
 ) -> Inventory:

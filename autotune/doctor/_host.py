@@ -9,14 +9,14 @@ from importlib import metadata
 from autotune.devices import (
     DeviceError,
     Inventory,
-    Runner,
+    ToolRunner,
     discover,
     nvidia_reader,
     parse_cpulist,
     run_tool,
     vllm_distributions,
 )
-from autotune.doctor._records import Check, HostInputs, free_bytes, size
+from autotune.doctor._records import Check, HostInputs, free_bytes, size_text
 from autotune.engine import free_port
 from autotune.space import FP8_CPU_FLAGS, HostFacts, host_problem
 from autotune.vocab.platform import Platform
@@ -81,7 +81,7 @@ def platform_check(host: HostInputs) -> tuple[Inventory | None, Check]:
 
     problems = []
     for kind, tool in _TOOLS:
-        run: Runner | None = probe
+        run: ToolRunner | None = probe
         if kind == Platform.CUDA and host.run is run_tool and nvidia_reader().source == "NVML":
             run = None  # the tuner reads the GPUs through NVML: so does this check
         try:
@@ -106,7 +106,7 @@ def _accelerators(inventory: Inventory) -> str:
     names = ", ".join(sorted({d.name for d in inventory.devices}))
     free = [free_bytes(inventory, d.id) for d in inventory.devices]
     known = [f for f in free if f is not None]
-    least = f", least free {size(min(known))}" if known else ""
+    least = f", least free {size_text(min(known))}" if known else ""
     return f"{inventory.platform}: {len(free)} × {names} ({inventory.source}){least}"
 
 
@@ -115,7 +115,11 @@ def _cpu(inventory: Inventory) -> str:
     nodes = len(inventory.devices)
     node0 = inventory.devices[0]
     free, total = free_bytes(inventory, node0.id), node0.total_bytes
-    memory = f", {size(free)} of {size(total)} free on node {node0.id}" if free and total else ""
+    memory = (
+        f", {size_text(free)} of {size_text(total)} free on node {node0.id}"
+        if free and total
+        else ""
+    )
     return f"cpu: {node0.name}, {cores} cores, {nodes} NUMA node{'s' * (nodes > 1)}{memory}"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 
-from autotune.doctor._records import Check, HostInputs, size
+from autotune.doctor._records import Check, HostInputs, size_text
 from autotune.engine import engine_tuner, recorded_engine, unused_shm
 from autotune.vocab import layout
 
@@ -73,7 +73,7 @@ def shm_check(host: HostInputs) -> Check:
         return Check("shm", "ok", "no unused vLLM shared-memory segment")
     total = sum(_bytes(p) for p in leaked)
     listed = " ".join(str(p) for p in leaked[:5]) + (" …" if len(leaked) > 5 else "")
-    why = f"{len(leaked)} segments ({size(total)}) that no process uses: {listed}"
+    why = f"{len(leaked)} segments ({size_text(total)}) that no process uses: {listed}"
     return Check("shm", "warn", why, "rm those no program of yours still needs (killed engines')")
 
 

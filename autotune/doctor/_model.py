@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from autotune.devices import Inventory
-from autotune.doctor._records import GIB, Check, HostInputs, free_bytes, size
+from autotune.doctor._records import GIB, Check, HostInputs, free_bytes, size_text
 from autotune.space import ModelInfo, SpaceError, weights_bytes
 from autotune.vocab.platform import Platform
 
@@ -42,8 +42,8 @@ def model_check(model: str, inventory: Inventory | None, host: HostInputs) -> Ch
         return Check("model", "warn", f"{found}, no readable safetensors", fix)
     free, where = _room(inventory, host)
     if free is None:
-        return Check("model", "ok", f"{found}, weights {size(weights)}")
-    fits = f"{found}, weights {size(weights)} of {size(free)} free on {where}"
+        return Check("model", "ok", f"{found}, weights {size_text(weights)}")
+    fits = f"{found}, weights {size_text(weights)} of {size_text(free)} free on {where}"
     if weights <= free:
         return Check("model", "ok", fits)
     accelerator = inventory is not None and inventory.platform != Platform.CPU

@@ -50,7 +50,7 @@ def free_bytes(inventory: Inventory, device_id: int) -> int | None:
     return device.total_bytes - device.used_bytes
 
 
-def size(value: int | None) -> str:
+def size_text(value: int | None) -> str:
     """`12.3 GiB`, `7 MiB`."""
     if value is None:
         return "?"

@@ -30,6 +30,7 @@ from autotune.bench import RequestRecord, RequestSpec
 from autotune.devices import (
     NPU_SMI_INFO,
     SmiParseError,
+    ToolRunner,
     nvidia_reader,
     parse_npu_smi_info,
     run_tool,
@@ -290,9 +291,6 @@ class _Run:
         return READY_MARK.encode() in text
 
 
-Runner = Callable[[list[str]], str]
-
-
 class PeakMemory:
     """The peak memory an engine's process tree holds, sampled while it runs.
 
@@ -309,7 +307,7 @@ class PeakMemory:
         spawned: Spawned,
         platform: AnyPlatform,
         *,
-        run: Runner = run_tool,
+        run: ToolRunner = run_tool,
         clock: Callable[[], float] = time.monotonic,
         tree_every_s: float = 1.0,
         device_every_s: float = 2.0,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-Event = Mapping[str, Any]
+TraceEvent = Mapping[str, Any]
 
 OPERATOR_CATEGORIES = frozenset({"cpu_op"})
 _TRANSPARENT = frozenset({"python_function"})  # not an operator's child: see the module doc
@@ -70,7 +70,7 @@ class Phases:
         }
 
 
-def read_trace(path: Path) -> list[Event]:
+def read_profiler_trace(path: Path) -> list[TraceEvent]:
     """The events of a Chrome trace file (`.json` or `.json.gz`)."""
     try:
         raw = path.read_bytes()
@@ -85,9 +85,9 @@ def read_trace(path: Path) -> list[Event]:
     return [e for e in events if isinstance(e, dict)]
 
 
-def _spans(events: Iterable[Event]) -> dict[tuple[Any, Any], list[Event]]:
+def _spans(events: Iterable[TraceEvent]) -> dict[tuple[Any, Any], list[TraceEvent]]:
     """Complete (`X`) events with a duration, by (pid, tid), in start order, parents first."""
-    threads: dict[tuple[Any, Any], list[Event]] = defaultdict(list)
+    threads: dict[tuple[Any, Any], list[TraceEvent]] = defaultdict(list)
     for e in events:
         if e.get("ph") == "X" and e.get("cat") not in _TRANSPARENT and "dur" in e and "ts" in e:
             threads[(e.get("pid"), e.get("tid"))].append(e)
@@ -96,13 +96,13 @@ def _spans(events: Iterable[Event]) -> dict[tuple[Any, Any], list[Event]]:
     return threads
 
 
-def self_times(events: Iterable[Event]) -> list[tuple[Event, float]]:
+def self_times(events: Iterable[TraceEvent]) -> list[tuple[TraceEvent, float]]:
     """Every complete event with its self time in microseconds: its duration minus the time
     of its direct children (the part of each child inside it)."""
-    out: list[tuple[Event, float]] = []
+    out: list[tuple[TraceEvent, float]] = []
     for spans in _spans(events).values():
-        stack: list[tuple[Event, float, list[float]]] = []  # (event, end, [children time])
-        done: list[tuple[Event, list[float]]] = []
+        stack: list[tuple[TraceEvent, float, list[float]]] = []  # (event, end, [children time])
+        done: list[tuple[TraceEvent, list[float]]] = []
         for e in spans:
             start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
             while stack and stack[-1][1] <= start:
@@ -117,7 +117,7 @@ def self_times(events: Iterable[Event]) -> list[tuple[Event, float]]:
 
 
 def top_ops(
-    events: Iterable[Event], limit: int = 20, categories: frozenset[str] = OPERATOR_CATEGORIES
+    events: Iterable[TraceEvent], limit: int = 20, categories: frozenset[str] = OPERATOR_CATEGORIES
 ) -> list[OpTime]:
     """Operators by summed self time, largest first; `share` is of all operators' self time."""
     totals: dict[str, float] = defaultdict(float)
@@ -146,7 +146,7 @@ def step_kind(name: str) -> str | None:
     return "decode" if generation > 0 else None
 
 
-def step_phases(events: Sequence[Event]) -> Phases | None:
+def step_phases(events: Sequence[TraceEvent]) -> Phases | None:
     """Prefill and decode step times from vLLM's per-step marks; None when there are none."""
     ms = {"prefill": 0.0, "decode": 0.0}
     steps = {"prefill": 0, "decode": 0}

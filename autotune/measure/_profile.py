@@ -43,7 +43,7 @@ from autotune.engine import (
     TraceError,
     launch,
     profiling_mechanism,
-    read_trace,
+    read_profiler_trace,
     reap_stale_engine,
     step_phases,
     top_ops,
@@ -199,7 +199,7 @@ def wait_for_trace(
 
 def _readable(path: Path) -> bool:
     try:
-        read_trace(path)
+        read_profiler_trace(path)
     except TraceError:
         return False
     return True
@@ -209,7 +209,7 @@ def summarize_trace(
     path: Path, trial: int, version: str | None, mechanism: Mechanism, requests: int
 ) -> dict[str, Any]:
     """The `summary.json` of a trace: top operators by self time, prefill vs decode steps."""
-    events = read_trace(path)
+    events = read_profiler_trace(path)
     phases = step_phases(events)
     summary: dict[str, Any] = {
         "trial": trial,

@@ -4,7 +4,7 @@ interval, and how wrong such predictions have been in this study.
 `EngineModel.calibrate` takes the study's measured trials (engine options, the KV capacity the
 engine logged, the load client's records) and its load profile: the step-time coefficients are
 fitted to every measured request (`_fit.py`); an untried config's KV capacity comes from the
-trials' own figures (`Capacity`); its run is the study's workload replayed through its
+trials' own figures (`KvCapacity`); its run is the study's workload replayed through its
 schedule, and its metrics are `autotune.bench.summarize`'s over the replayed records.
 
 The interval is the study's own evidence: every launched trial is predicted before it runs,
@@ -128,7 +128,7 @@ def scheduler_config(
 
 
 @dataclass(frozen=True)
-class Capacity:
+class KvCapacity:
     """KV tokens of an untried config from the measured ones: with `kv_cache_memory_bytes`,
     tokens per byte as measured; else a least-squares line in the memory options
     (utilization, batched tokens, sequences) per device, or the closest measured trial's."""
@@ -172,7 +172,7 @@ class Capacity:
 class EngineModel:
     coef: tuple[float, ...]
     workload: Arrivals
-    capacity: Capacity
+    capacity: KvCapacity
     defaults: Mapping[str, Any]
     trials: int
     widths: dict[str, float] = field(default_factory=dict)  # metric -> half-width (log)
@@ -200,7 +200,7 @@ class EngineModel:
         ]
         coef = fit(observed, start) if refit or start is None else tuple(start)
         used = [s for s, _ in kept]
-        return cls(coef, workload(used[0].records, load), Capacity(used, defaults), defaults,
+        return cls(coef, workload(used[0].records, load), KvCapacity(used, defaults), defaults,
                    len(used), widths_of(errors or {}))  # fmt: skip
 
     def predict(

@@ -36,7 +36,7 @@ GIB = 1 << 30
 
 
 @dataclass(frozen=True)
-class Device:
+class DefaultsDevice:
     """The device vLLM reads its defaults from: its name and memory (None: not read)."""
 
     name: str | None = None
@@ -44,7 +44,7 @@ class Device:
 
 
 def batch_defaults(
-    platform: str, device: Device, world_size: int = 1, scenario: str = "online"
+    platform: str, device: DefaultsDevice, world_size: int = 1, scenario: str = "online"
 ) -> dict[str, int]:
     """`{max_num_seqs, max_num_batched_tokens}` as vLLM 0.32 picks them (see the table)."""
     server = scenario != "offline"
@@ -69,7 +69,7 @@ def mark_defaults(data: Any) -> Any:
     if not isinstance(data, dict) or not isinstance(data.get("parameters"), list):
         return data
     platform = data.get("platform", "any")
-    fallback = batch_defaults(str(platform), Device())
+    fallback = batch_defaults(str(platform), DefaultsDevice())
     parameters = []
     for param in data["parameters"]:
         if isinstance(param, dict) and param.get("baseline") == VLLM_DEFAULT:
@@ -91,7 +91,7 @@ def world_size(options: dict[str, Any]) -> int:
     return int(tp) * int(pp)
 
 
-def describe(device: Device) -> str:
+def describe(device: DefaultsDevice) -> str:
     if device.name is None and device.memory_bytes is None:
         return "a device that could not be read (vLLM's fallback)"
     memory = f", {device.memory_bytes / GIB:.0f} GiB" if device.memory_bytes else ""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engine import ascend_option_problems
-from autotune.space._defaults import Device, batch_defaults, describe, world_size
+from autotune.space._defaults import DefaultsDevice, batch_defaults, describe, world_size
 from autotune.space._errors import SpaceError
 from autotune.space._params import CategoricalParam, IntParam, format_value
 from autotune.space._space import SearchSpace
@@ -238,7 +238,7 @@ def with_vllm_defaults(
         return space, None
     baseline = {**space.to_engine(space.baseline_params())[0], **options}
     size = world_size(baseline)
-    device = Device(host.device_name, host.device_memory_bytes)
+    device = DefaultsDevice(host.device_name, host.device_memory_bytes)
     values = batch_defaults(space.platform, device, size, scenario)
     if baseline.get("performance_mode") == "throughput":
         values = {k: 2 * v for k, v in values.items()}

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 from urllib.parse import quote
 
 import optuna
@@ -21,11 +21,11 @@ from optuna.trial import TrialState
 from autotune.store._records import StudyInfo, TrialRecord
 from autotune.store._slots import TrialSlots
 from autotune.store._study import StudyFacts, write_study
+from autotune.vocab.objectives import Direction
 from autotune.vocab.status import TrialStatus
 
 logger = logging.getLogger(__name__)
 
-Direction = Literal["maximize", "minimize"]
 SQLITE_TIMEOUT_S = 30.0  # how long a write waits for a locked SQLite file
 HEARTBEAT_S = 10  # a running trial's worker says it is alive this often
 GONE = "its tuner stopped (no heartbeat): the next tune of this study runs it again"
@@ -341,10 +341,6 @@ class StudyStore:
         study = self.load(name)
         with storage_errors(self.url):
             return StudyFacts.of(study)
-
-    def study_attrs(self, name: str) -> dict[str, Any]:
-        """Study `name`'s attributes as stored (`StudyFacts.stored`): for scripts."""
-        return self.study_facts(name).stored()
 
     def write_study_facts(self, name: str, **fields: Any) -> None:
         """Keep `fields` of `StudyFacts` with study `name`, e.g. the confirm step's result."""

@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from autotune.bench import Summary
 from autotune.devices import DeviceMemory
@@ -46,11 +45,10 @@ from autotune.space import (
     estimate_memory,
     needs_at_least,
 )
-from autotune.study._learned import LearnedRule
+from autotune.study._learned import LearnedRule, Params
 from autotune.vocab.platform import Platform
 from autotune.vocab.status import TrialStatus
 
-Params = dict[str, Any]
 GIB = 2**30
 # Other processes hold memory of a device when the study has had this share of its total more
 # free than now: below it, what is free moves with the host's own work (page cache, the

@@ -40,7 +40,7 @@ from scipy.stats import spearmanr
 from autotune.answer.export import choose_export
 from autotune.answer.selection import SelectionError
 from autotune.space import load_space
-from autotune.store import StudyStore, TrialRecord
+from autotune.store import StudyFacts, StudyStore, TrialRecord
 from autotune.vocab.status import PREDICTED_STATUSES, TrialStatus
 
 from .landscapes import Landscape
@@ -169,7 +169,7 @@ def run_cli(
         exported_truth = truth.score(_options(yaml.safe_load(out.read_text())))
     store = StudyStore(f"sqlite:///{root / study / 'study.db'}")
     records = store.trials(study)
-    steps = replay(records, store.study_attrs(study), landscape, truth)
+    steps = replay(records, store.study_facts(study), landscape, truth)
     measured, simulated = scored(records, landscape, truth)
     return CliRun(steps, exported_truth, measured, simulated, wall_s)
 
@@ -200,7 +200,7 @@ def launched(record: TrialRecord) -> bool:
 
 
 def replay(
-    records: list[TrialRecord], attrs: dict[str, Any], landscape: Landscape, truth: Truth
+    records: list[TrialRecord], facts: StudyFacts, landscape: Landscape, truth: Truth
 ) -> list[Step]:
     """After each launched trial, in order, the truth of what export would deploy then."""
     space = load_space(landscape.space)
@@ -212,7 +212,7 @@ def replay(
         result = truth.result(record.config)
         device_s += STARTUP_S + result.duration_s if result.ok else FAILED_STARTUP_S
         try:
-            chosen, _ = choose_export(ordered[: k + 1], attrs)
+            chosen, _ = choose_export(ordered[: k + 1], facts)
             options = space.to_engine(chosen.params)[0]
             score, misses = truth.score(options), truth.misses(options)
         except SelectionError:

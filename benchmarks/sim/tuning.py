@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from pooled_margin import choose_pooled_export  # benchmarks/, on the path with sim
 
 from autotune.answer.export import choose_export
 from autotune.answer.selection import SelectionError
@@ -147,7 +148,8 @@ class Step:
 @dataclass(frozen=True)
 class Method:
     """A way to search: the spec fields it sets (`search`, `sampler`), and whether its
-    export pools the engine model's predictions into the SLO margin (`choose_export`)."""
+    export pools the engine model's predictions into the SLO margin
+    (`pooled_margin.choose_pooled_export`, beside benchmarks/sim)."""
 
     name: str
     fields: dict[str, Any]
@@ -161,7 +163,7 @@ METHODS = {
     # The same, and each proposal screened by the engine model fitted to the study's trials.
     "gp-screen": Method("gp-screen", {"search": "goal", "sampler": "gp", "screen": "on"}),
     # The same search, its export's SLO margin pooling each run with the model's prediction
-    # (`choose_export(pooled=True)`; measured, not adopted: docs/prediction.md).
+    # (benchmarks/pooled_margin.py; measured, not adopted: docs/prediction.md).
     "gp-screen-pooled": Method(
         "gp-screen-pooled", {"search": "goal", "sampler": "gp", "screen": "on"}, pooled=True
     ),
@@ -281,7 +283,8 @@ def _deployed(
     (nothing deployed: 0, no miss)."""
     records = store.trials(spec.study)
     try:
-        chosen, _ = choose_export(records, store.study_attrs(spec.study), pooled=pooled)
+        facts = store.study_facts(spec.study)
+        chosen, _ = (choose_pooled_export if pooled else choose_export)(records, facts)
     except SelectionError:
         return 0.0, False
     options, _env = space.to_engine(chosen.params)

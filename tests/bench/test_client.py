@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from autotune.bench import (
-    Abort,
+    AbortCause,
     AbortKind,
     BenchmarkAborted,
     Guard,
@@ -299,7 +299,7 @@ def test_guard_probe_stops_the_run_when_the_engine_dies() -> None:
         return "engine exited (code -9)" if calls["n"] >= 3 else None
 
     aborted = run_guarded(Guard(probe=probe, interval_s=0.05))
-    assert aborted.abort == Abort(AbortKind.ENGINE, "engine exited (code -9)")
+    assert aborted.abort == AbortCause(AbortKind.ENGINE, "engine exited (code -9)")
     assert aborted.elapsed < 2  # type: ignore[attr-defined]
 
 
@@ -374,7 +374,7 @@ def test_judge_sees_measured_requests_only_and_can_end_the_run() -> None:
 
     with pytest.raises(BenchmarkAborted) as caught:
         _judged_run(deciding)
-    assert caught.value.abort == Abort(AbortKind.PRUNED, "decided")
+    assert caught.value.abort == AbortCause(AbortKind.PRUNED, "decided")
     done = [r for r in caught.value.records if r.ok]
     assert 2 <= len(done) < 6
 

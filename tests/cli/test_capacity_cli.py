@@ -28,8 +28,8 @@ def test_capacity_is_each_trials_objective(
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     root = tmp_path / "studies"
     store = StudyStore(f"sqlite:///{root / 'cap' / 'study.db'}", create=False)
-    attrs = store.study_attrs("cap")
-    assert attrs["objectives"][0] == {"metric": "capacity_rps", "direction": "maximize"}
+    first = store.study_facts("cap").objectives[0]
+    assert (first.metric, first.direction) == ("capacity_rps", "maximize")
     for trial in [t for t in store.trials("cap") if t.device_s is not None]:
         assert trial.status == "ok"
         search = json.loads((Path(trial.trial_dir or "") / "capacity.json").read_text())

@@ -57,7 +57,7 @@ def test_tuned_trials_are_measured(tuned: Tuned) -> None:
     trials = store.trials("s1")
     assert len(trials) == 3 and trials[0].role == "baseline"
     assert all(t.status == "ok" and t.metric("output_throughput") > 0 for t in trials)
-    assert store.study_attrs("s1")["space"] == "cpu-quick"
+    assert store.study_facts("s1").space == "cpu-quick"
 
 
 def test_show_front(cli: Invoke, tuned: Tuned) -> None:

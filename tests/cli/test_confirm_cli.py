@@ -38,7 +38,7 @@ def test_confirm_twice_on_a_stable_engine_picks_the_same_winner(
     assert out.count("Pareto front of") == 1 and out.count("Confirm: 3 alternating") == 1
     assert out.index("  round 3: trial") < out.index("Pareto front of") < out.index("Confirm: 3")
     assert "w confirmed winner" in out
-    first = store_of(tmp_path, "c").study_attrs("c")["confirm"]
+    first = store_of(tmp_path, "c").study_facts("c").confirm
     assert first["baseline"] == 0 and len(first["candidates"]) == 2
     assert first["winner"] not in (None, 0)
     best = first["order"][0][0]
@@ -48,7 +48,7 @@ def test_confirm_twice_on_a_stable_engine_picks_the_same_winner(
     root = tmp_path / "studies"
     again = cli("confirm", "c", "--top", "1", "--rounds", "3", "--root", root)
     assert again.exit_code == 0, again.output  # type: ignore[attr-defined]
-    second = store_of(tmp_path, "c").study_attrs("c")["confirm"]
+    second = store_of(tmp_path, "c").study_facts("c").confirm
     assert second["winner"] == first["winner"], (first["gain"], second["gain"])
     assert second["started"] >= first["started"]
     assert json.loads((root / "c" / "confirm.json").read_text())["winner"] == first["winner"]
@@ -123,9 +123,10 @@ def test_a_relative_bound_rests_on_the_baselines_three_runs(
     runs = sorted(Path(base.trial_dir or "").glob("runs/run-*.jsonl"))
     assert base.engine.repeats == 3 and len(runs) == 3
     pooled = pooled_summary([read_records(run) for run in runs]).ttft_ms.p99
-    basis = store.study_attrs("m")["slo_basis"]["p99_ttft_ms"]
-    assert basis["baseline"] == pytest.approx(pooled)
-    assert store.study_attrs("m")["slos"]["p99_ttft_ms"] == pytest.approx(1.2 * basis["baseline"])
+    facts = store.study_facts("m")
+    basis = facts.slo_basis["p99_ttft_ms"]
+    assert basis.baseline == pytest.approx(pooled)
+    assert facts.slos["p99_ttft_ms"] == pytest.approx(1.2 * basis.baseline)
 
 
 def test_a_confirm_step_stopped_mid_way_shows_no_stale_verdict(

@@ -53,10 +53,10 @@ def test_the_demo_ends_in_a_yaml_on_a_slow_host(tmp_path: Path, tiny_model: Path
     trials = store.trials("demo")
     base = next(t for t in trials if t.role == "baseline")
     assert base.metric("p99_ttft_ms") > 2000  # the old fixed SLO: nothing could meet it
-    attrs = store.study_attrs("demo")
+    slos = store.study_facts("demo").slos
     # The demo's question: a TPOT the defaults miss (0.8x theirs), a TTFT at most 3x theirs.
-    assert attrs["slos"]["p90_tpot_ms"] == 0.8 * base.metric("p90_tpot_ms")
-    assert attrs["slos"]["p90_ttft_ms"] == 3 * base.metric("p90_ttft_ms")
+    assert slos["p90_tpot_ms"] == 0.8 * base.metric("p90_tpot_ms")
+    assert slos["p90_ttft_ms"] == 3 * base.metric("p90_ttft_ms")
     assert "Pareto front" in out.stdout and "(baseline " in out.stdout
     assert "p90 TTFT" in out.stdout and "p99 TTFT" not in out.stdout.split("Pareto front")[0]
     # The front once (tune's), its latencies at the percentile the SLOs judge.

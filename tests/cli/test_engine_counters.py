@@ -85,7 +85,7 @@ def test_a_trace_is_replayed_at_its_own_times(tiny_model: Path, tmp_path: Path) 
     assert sent == pytest.approx([0.0, 0.2, 0.6, 0.8], abs=0.05)
     assert [r["output_tokens"] for r in records] == [4, 6, 2, 4]
     store = StudyStore(f"sqlite:///{tmp_path / 'tr' / 'study.db'}", create=False)
-    assert store.study_attrs("tr")["load"]["trace"] is True
+    assert (store.study_facts("tr").load or {})["trace"] is True
     refused = invoke(
         "tune", "--study", "tr2", "--model", tiny_model, "--space", "cpu-quick",
         "--workload", f"trace:path={trace}", "--rate", "5", "--root", tmp_path,

@@ -390,7 +390,7 @@ def test_a_lost_database_is_rebuilt_from_its_trial_folders_with_reingest(
     study_dir = tmp_path / "studies" / "lost"
     url = f"sqlite:///{study_dir / 'study.db'}"
     before = {t.number: t for t in StudyStore(url).trials("lost")}
-    bounds = StudyStore(url).study_attrs("lost")["slos"]
+    bounds = StudyStore(url).study_facts("lost").slos
     assert [t.status for t in before.values()] == ["ok", "ok", "ok"]
     (study_dir / "trial-0001" / "measurement.json").unlink()  # died mid-benchmark
     (study_dir / "study.db").unlink()
@@ -406,7 +406,7 @@ def test_a_lost_database_is_rebuilt_from_its_trial_folders_with_reingest(
     done = cli(*tune_argv("lost", "--trials", "4", *slo, "--reingest"))
     assert done.exit_code == 0, done.output
     assert "re-ingested 2 measured trials from " in caplog.text
-    assert StudyStore(url).study_attrs("lost")["slos"] == pytest.approx(bounds)
+    assert StudyStore(url).study_facts("lost").slos == pytest.approx(bounds)
     after = {t.number: t for t in StudyStore(url).trials("lost")}
     for number in (0, 2):  # recorded from their folders, as they were
         assert after[number].status == "ok"

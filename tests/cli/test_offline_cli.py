@@ -52,8 +52,7 @@ def test_an_offline_study_scores_batches_by_tokens_per_second(
     out = result.output  # type: ignore[attr-defined]
     assert result.exit_code == 0, out
     store = StudyStore(f"sqlite:///{tmp_path / 'studies' / 'off' / 'study.db'}", create=False)
-    attrs = store.study_attrs("off")
-    assert attrs["scenario"] == "offline"
+    assert store.study_facts("off").scenario == "offline"
     trials = [t for t in store.trials("off") if t.device_s is not None]
     assert len(trials) == 3
     for t in trials:

@@ -18,7 +18,7 @@ def test_the_default_search_is_goal_directed_and_keeps_every_objective(
     result = invoke(*tune_args(tiny_model, tmp_path, "g", "--trials", "3"))
     assert result.exit_code == 0, result.output
     store = _store(tmp_path, "g")
-    assert store.study_attrs("g")["search"] == "goal"
+    assert store.study_facts("g").search == "goal"
     assert [d.name for d in store.load("g").directions] == ["MAXIMIZE"]  # the first objective
     launched = [t for t in store.trials("g") if t.device_s is not None]
     assert len(launched) == 3

@@ -56,7 +56,7 @@ def test_studies_lists_each_study_and_skips_other_files(tuned: Tuned, tmp_path: 
 
     store = StudyStore(f"sqlite:///{root / 'a-copy' / 'study.db'}", create=False)
     # The trial `export` writes: one answer in every view.
-    best = choose_export(store.trials(tuned.study), store.study_attrs(tuned.study))[0]
+    best = choose_export(store.trials(tuned.study), store.study_facts(tuned.study))[0]
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["study", "measured", "winner", "out", "tok/s", "created"]
     body = [line.split() for line in lines[1:]]

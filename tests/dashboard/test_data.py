@@ -31,7 +31,7 @@ def test_studies_list_counts_outcomes(studies: Studies) -> None:
     assert ok.objective == "output_throughput" and ok.direction == "maximize"
     store = StudyStore(f"sqlite:///{studies.root / 's1' / 'study.db'}", create=False)
     # The trial `export` writes (here the confirm step's winner): one answer in every view.
-    best = choose_export(store.trials("s1"), store.study_attrs("s1"))[0]
+    best = choose_export(store.trials("s1"), store.study_facts("s1"))[0]
     assert ok.best == best.metric("output_throughput") and ok.best_trial == best.number
     assert "cores" in ok.hardware and ok.scenario == "online" and ok.created
     assert ok.model.endswith("tiny")

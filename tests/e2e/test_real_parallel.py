@@ -93,7 +93,7 @@ def test_two_parallel_cpu_trials_on_disjoint_cores_then_the_confirm_step(
     assert a_start < b_end and b_start < a_end, spans
 
     # The confirm step: both configs again on fresh engines, each bound to a core slot.
-    confirmed = StudyStore(pg, create=False).study_attrs("par")["confirm"]
+    confirmed = StudyStore(pg, create=False).study_facts("par").confirm or {}
     assert sorted(confirmed["order"][0]) == [0, 1], confirmed
     statuses = {n: c["statuses"] for n, c in confirmed["candidates"].items()}
     assert statuses == {"0": ["ok"], "1": ["ok"]}, confirmed

@@ -11,7 +11,7 @@ import pytest
 
 from autotune.engine._trace import (
     TraceError,
-    read_trace,
+    read_profiler_trace,
     self_times,
     step_kind,
     step_phases,
@@ -116,11 +116,11 @@ def test_read_trace_plain_gzip_and_broken(tmp_path: Path) -> None:
     plain.write_text(json.dumps(data))
     packed = tmp_path / "t.pt.trace.json.gz"
     packed.write_bytes(gzip.compress(json.dumps(data).encode()))
-    assert read_trace(plain) == read_trace(packed) == [op("aten::mm", 0, 10)]
+    assert read_profiler_trace(plain) == read_profiler_trace(packed) == [op("aten::mm", 0, 10)]
     cut = tmp_path / "cut.pt.trace.json.gz"
     cut.write_bytes(packed.read_bytes()[:20])  # still being written
     with pytest.raises(TraceError):
-        read_trace(cut)
+        read_profiler_trace(cut)
 
 
 TABLE = """\
@@ -152,7 +152,7 @@ REAL = FIXTURES / "trace.pt.trace.json.gz"
 
 @pytest.fixture(scope="module")
 def real() -> list[Any]:
-    return read_trace(REAL)
+    return read_profiler_trace(REAL)
 
 
 def test_real_trace_top_operators(real: list[Any]) -> None:

@@ -12,7 +12,7 @@ import pytest
 from autotune.bench import LoadProfile, RequestRecord, summarize
 from autotune.predict import EngineModel, Sample, SchedulerConfig, replay, widths_of
 from autotune.predict._fit import LinearTimer
-from autotune.predict._model import PRIOR_WIDTH, Capacity, workload
+from autotune.predict._model import PRIOR_WIDTH, KvCapacity, workload
 
 # The engine: 3 ms a step (1 of it the weights, split by TP), 40 us a batched token, 20 us a
 # sequence, 2 ns an attended token, 8 ms of API server per request.
@@ -127,20 +127,20 @@ def test_capacity_without_a_kv_size_follows_the_memory_options() -> None:
     # kv = 1e6 * util - 20 * batched tokens - 100,000: a line in the options
     line = [s(u, t, int(1e6 * u - 20 * t - 1e5)) for u, t in
             [(0.8, 2048), (0.9, 2048), (0.9, 8192), (0.85, 4096), (0.95, 1024)]]  # fmt: skip
-    got = Capacity(line).tokens({"gpu_memory_utilization": 0.88, "max_num_batched_tokens": 6000})
+    got = KvCapacity(line).tokens({"gpu_memory_utilization": 0.88, "max_num_batched_tokens": 6000})
     assert got == pytest.approx(1e6 * 0.88 - 20 * 6000 - 1e5, rel=1e-3)
-    few = Capacity(line[:2]).tokens(
+    few = KvCapacity(line[:2]).tokens(
         {"gpu_memory_utilization": 0.81, "max_num_batched_tokens": 2048}
     )
     assert few == line[0].kv_tokens  # too few to fit a line: the closest measured trial's
     # An option a config leaves unset is the engine's default (vLLM 0.32: utilization 0.92),
     # as is one a trial left unset.
     engine = {"gpu_memory_utilization": 0.92, "max_num_batched_tokens": 2048}
-    unset = Capacity(line, engine).tokens({})
+    unset = KvCapacity(line, engine).tokens({})
     assert unset == pytest.approx(1e6 * 0.92 - 20 * 2048 - 1e5, rel=1e-3)
     implicit = [
         *line[:4],
         Sample({"max_num_batched_tokens": 1024}, int(1e6 * 0.92 - 2e4 - 1e5), ()),
     ]
-    got = Capacity(implicit, engine).tokens({"gpu_memory_utilization": 0.88})
+    got = KvCapacity(implicit, engine).tokens({"gpu_memory_utilization": 0.88})
     assert got == pytest.approx(1e6 * 0.88 - 20 * 2048 - 1e5, rel=1e-3)

@@ -10,18 +10,18 @@ from types import SimpleNamespace
 import pytest
 
 from autotune.space import HostFacts, SpaceError, load_space, with_vllm_defaults
-from autotune.space._defaults import Device, batch_defaults
+from autotune.space._defaults import DefaultsDevice, batch_defaults
 
 GIB = 1 << 30
 # (name, memory) as torch reports them for the device vLLM runs on.
 DEVICES = {
-    "H100": Device("NVIDIA H100 80GB HBM3", 81559 * (1 << 20)),
-    "H200": Device("NVIDIA H200", 143771 * (1 << 20)),
-    "B200": Device("NVIDIA B200", 183359 * (1 << 20)),
-    "A100-80GB": Device("NVIDIA A100-SXM4-80GB", 81920 * (1 << 20)),
-    "A10G": Device("NVIDIA A10G", 23028 * (1 << 20)),
-    "910B3": Device("Ascend910B3", 65536 * (1 << 20)),
-    "unread": Device(),
+    "H100": DefaultsDevice("NVIDIA H100 80GB HBM3", 81559 * (1 << 20)),
+    "H200": DefaultsDevice("NVIDIA H200", 143771 * (1 << 20)),
+    "B200": DefaultsDevice("NVIDIA B200", 183359 * (1 << 20)),
+    "A100-80GB": DefaultsDevice("NVIDIA A100-SXM4-80GB", 81920 * (1 << 20)),
+    "A10G": DefaultsDevice("NVIDIA A10G", 23028 * (1 << 20)),
+    "910B3": DefaultsDevice("Ascend910B3", 65536 * (1 << 20)),
+    "unread": DefaultsDevice(),
 }
 
 
@@ -32,7 +32,7 @@ def test_the_table_is_the_installed_vllms(monkeypatch: pytest.MonkeyPatch) -> No
         _compare(device, monkeypatch)
 
 
-def _compare(device: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+def _compare(device: DefaultsDevice, monkeypatch: pytest.MonkeyPatch) -> None:
     from vllm.engine import arg_utils
     from vllm.usage.usage_lib import UsageContext
 

@@ -21,7 +21,7 @@ def test_a_read_only_store_reads_and_refuses_writes(storage_url: str) -> None:
     assert [t.values for t in reader.trials("s1")] == [[1.0]]
     with pytest.raises(StorageError, match=r"read.?only"):
         reader.write_study_facts("s1", model="other")
-    assert StudyStore(storage_url).study_attrs("s1") == {"model": "tiny"}
+    assert StudyStore(storage_url).load("s1").user_attrs == {"model": "tiny"}  # unchanged
 
 
 def test_a_read_only_sqlite_path_may_hold_what_a_uri_quotes(tmp_path: Path) -> None:

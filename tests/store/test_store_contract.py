@@ -127,10 +127,12 @@ def test_trials_read_back_what_was_written(store: StudyStore) -> None:
     assert fourth.values is None and not fourth.feasible
 
 
-def test_study_attrs(store: StudyStore) -> None:
+def test_study_facts(store: StudyStore) -> None:
     study, _ = store.create_or_load("s1", DIRECTIONS, _sampler())
     study.set_user_attr("slos", {"p99_ttft_ms": 100.0})
-    assert store.study_attrs("s1") == {"slos": {"p99_ttft_ms": 100.0}}
+    assert store.study_facts("s1").slos == {"p99_ttft_ms": 100.0}
+    store.write_study_facts("s1", search="goal")
+    assert store.load("s1").user_attrs == {"slos": {"p99_ttft_ms": 100.0}, "search": "goal"}
 
 
 def test_a_second_store_sees_the_same_study(storage_url: str, store: StudyStore) -> None:

@@ -168,8 +168,8 @@ def test_confirm_keeps_every_run_and_a_stable_engine_confirms_the_same_winner(
     finally:
         NOISE = saved
     assert first["winner"] == second["winner"] is not None
-    attrs = store.study_attrs(spec.study)
-    assert attrs["confirm"]["finished"] and attrs["confirm"]["winner"] == first["winner"]
+    confirm = store.study_facts(spec.study).confirm or {}
+    assert confirm["finished"] and confirm["winner"] == first["winner"]
     assert first["order"][0] == list(reversed(first["order"][1]))
 
 
@@ -379,7 +379,7 @@ def test_on_a_slowing_host_the_baseline_against_its_twin_wins_plainly(
         assert c["holds"], c
     assert result["winner"] == 0
     assert result["gain"]["verdict"].startswith("no config measured better than your defaults")
-    assert store.study_attrs(spec.study)["confirm"]["winner"] == 0
+    assert store.study_facts(spec.study).confirmed_winner == 0
 
 
 def test_a_confirm_step_cut_short_has_no_verdict_rather_than_a_stale_one() -> None:

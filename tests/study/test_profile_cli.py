@@ -76,7 +76,7 @@ def test_the_default_trial_is_the_export_pick(root: Path) -> None:
     # As `export` picks it (configs compared as measured, drift and re-measures merged), not a
     # max over raw trials: two close trials swap places on a busy host's noise.
     store = StudyStore(default_storage_url(root, "s1"), create=False)
-    best, _ = choose_export(store.trials("s1"), store.study_attrs("s1"))
+    best, _ = choose_export(store.trials("s1"), store.study_facts("s1"))
     result = invoke(*profile_args(root))
     assert result.exit_code == 0, result.output
     assert f"profiling trial {best.number} " in result.output

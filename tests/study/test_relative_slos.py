@@ -39,7 +39,7 @@ def test_the_baseline_fixes_the_bound_and_later_trials_are_judged_by_it(
     base = trials[0]
     assert base.role == "baseline"
     bound = factor * base.metric("p99_ttft_ms")
-    attrs = store.study_attrs(spec.study)
+    attrs = store.load(spec.study).user_attrs  # as stored, by Optuna
     assert attrs["slos"] == {"p99_ttft_ms": pytest.approx(bound)}
     assert attrs["slo_basis"]["p99_ttft_ms"] == {
         "factor": factor,
@@ -59,7 +59,7 @@ def test_a_resumed_study_and_the_confirm_step_keep_the_first_bound(
     spec = make_spec(trials=2, relative_slos={"p99_ttft_ms": FACTOR})
     store = StudyStore(spec.storage_url)
     StudyRunner(Harness(spec, space, measure), store).run()
-    first = store.study_attrs(spec.study)["slos"]["p99_ttft_ms"]
+    first = store.study_facts(spec.study).slos["p99_ttft_ms"]
 
     # The baseline's engine is slower today: a second baseline would fix another bound.
     resumed = make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR})
@@ -68,7 +68,7 @@ def test_a_resumed_study_and_the_confirm_step_keep_the_first_bound(
     StudyRunner(harness, store).run()
     assert harness.bounds.values == {"p99_ttft_ms": first}  # adopted from the store, not re-fixed
     assert resumed.model_dump() == before  # the study's bounds, never the spec's
-    assert store.study_attrs(spec.study)["slos"]["p99_ttft_ms"] == first
+    assert store.study_facts(spec.study).slos["p99_ttft_ms"] == first
     assert [t.role for t in records(spec)].count("baseline") == 1
 
     fresh = StudyBounds.of(make_spec(trials=4, relative_slos={"p99_ttft_ms": FACTOR}))

@@ -64,8 +64,8 @@ def test_trial_zero_is_the_baseline(
     assert result.measured == 3 and result.failed == 0 and not result.exhausted
     assert measure.dirs[0] == spec.study_dir / "trial-0000"
 
-    attrs = StudyStore(spec.storage_url).study_attrs(STUDY)
-    assert attrs["space"] == "cpu-quick" and attrs["model"] == spec.model
+    facts = StudyStore(spec.storage_url).study_facts(STUDY)
+    assert facts.space == "cpu-quick" and facts.model == spec.model
     kinds = [type(e) for e in events]
     assert kinds.count(TrialStarted) == kinds.count(TrialFinished) == 3
 
