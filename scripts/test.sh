@@ -44,7 +44,9 @@ for arg in "$@"; do  # a marker of one's own (`-m "not engine"`): one run, as as
     if [ "$arg" = -m ]; then phase "$@"; exit; fi
 done
 failed=0
-phase -m "not engine and not alone" -n "${AUTOTUNE_TEST_WORKERS:-4}" "$@" || failed=1
+# `loadgroup`: the tests of one `xdist_group` share a worker (and what it built once: the
+# vLLM child that answers vLLM's own parsers, tests/vllm_child.py).
+phase -m "not engine and not alone" -n "${AUTOTUNE_TEST_WORKERS:-4}" --dist loadgroup "$@" || failed=1
 # The real engines share one vLLM cache, as a user's servers share theirs (the tuner keeps a
 # VLLM_CACHE_ROOT it inherits): vLLM inspects a model class in a process of its own, one more
 # torch and vLLM import (about 8 s of a core), unless its cache has it; without this every test's

@@ -4,7 +4,7 @@ trial records, specs, spaces and the scripted measure) at the end."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 from builders import make_summary, record
 from study.fakes import STUDY, FakeMeasure
 from support import built_once
+from vllm_child import VllmChild
 
 from autotune.bench import Summary
 from autotune.space import SearchSpace, load_space
@@ -44,6 +45,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _starts(item: pytest.Item) -> int:
     marker = item.get_closest_marker("starts")
     return int(marker.args[0]) if marker is not None else 0
+
+
+@pytest.fixture(scope="session")
+def vllm_child() -> Iterator[VllmChild]:
+    """vLLM imported once in a child for the tests that ask its parsers (tests/vllm_child.py);
+    mark them `xdist_group("vllm")` so that one worker runs them all."""
+    child = VllmChild()
+    yield child
+    child.close()
 
 
 @pytest.fixture(scope="session")

@@ -6,12 +6,12 @@ import importlib.util
 import json
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from vllm_child import VllmChild
 
 from autotune.answer.export import (
     choose_export,
@@ -235,8 +235,9 @@ print(json.dumps({"model": args.model, "mode": mode.name, "seqs": args.max_num_s
 """
 
 
+@pytest.mark.xdist_group("vllm")
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
-def test_vllm_reads_the_exported_graph_mode(tmp_path: Path) -> None:
+def test_vllm_reads_the_exported_graph_mode(tmp_path: Path, vllm_child: VllmChild) -> None:
     out = tmp_path / "best.yaml"
     export_trial("s1", ascend_trial(graph_mode="FULL"), ATTRS, out, "trial 3")
     # A local folder for the model: offline (HF_HUB_OFFLINE=1) vLLM resolves any other name
@@ -244,13 +245,7 @@ def test_vllm_reads_the_exported_graph_mode(tmp_path: Path) -> None:
     model = tmp_path / "qwen"
     model.mkdir()
     out.write_text(out.read_text().replace("/models/qwen", str(model)))
-    result = subprocess.run(
-        [sys.executable, "-c", _VLLM_READS_CONFIG, str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = vllm_child.run(_VLLM_READS_CONFIG, str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     parsed = json.loads(result.stdout.strip().splitlines()[-1])
     assert parsed == {"model": str(model), "mode": "FULL", "seqs": 256}
@@ -270,8 +265,11 @@ print(json.dumps([parser.parse_args(["serve", "--config", path]).enable_prefix_c
 """
 
 
+@pytest.mark.xdist_group("vllm")
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
-def test_vllm_serve_turns_prefix_caching_off_as_exported(tmp_path: Path) -> None:
+def test_vllm_serve_turns_prefix_caching_off_as_exported(
+    tmp_path: Path, vllm_child: VllmChild
+) -> None:
     """An exported `enable_prefix_caching: false` is off in `vllm serve --config`. Spelled
     `enable-prefix-caching: false`, vLLM 0.32 drops it there (None: its default, on), which is
     how a served export once ran with the cache the study had measured without."""
@@ -280,10 +278,7 @@ def test_vllm_serve_turns_prefix_caching_off_as_exported(tmp_path: Path) -> None
     assert "no-enable-prefix-caching: true" in out.read_text()
     naive = tmp_path / "naive.yaml"
     naive.write_text("model: /models/tiny\nenable-prefix-caching: false\n")
-    result = subprocess.run(
-        [sys.executable, "-c", _VLLM_SERVE_READS_CONFIG, str(out), str(naive)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    result = vllm_child.run(_VLLM_SERVE_READS_CONFIG, str(out), str(naive))
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [False, None]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
+from vllm_child import VllmChild
 
 from autotune.bench import (
     AbortKind,
@@ -114,21 +114,18 @@ KEYS = (
 )  # fmt: skip
 
 
-def parsed_by_vllm(*argvs: list[str]) -> list[dict[str, Any]]:
-    """vLLM's own `bench serve` parser on our flags, in one child process for all of them
-    (importing vLLM here would put torch's heap into the process that times the other tests'
-    clients; each import of it costs about 15 s of CPU on 2 cores)."""
+def parsed_by_vllm(child: VllmChild, *argvs: list[str]) -> list[dict[str, Any]]:
+    """vLLM's own `bench serve` parser on our flags, in the session's vLLM child for all of
+    them (tests/vllm_child.py)."""
     lists = [argv[len(VLLM_BENCH) :] for argv in argvs]
-    out = subprocess.run(
-        [sys.executable, "-c", PARSE, json.dumps(lists), json.dumps(KEYS)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    out = child.run(PARSE, json.dumps(lists), json.dumps(KEYS))
     assert out.returncode == 0, out.stderr[-2000:]
     parsed: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
     return parsed
 
 
-def test_vllms_own_parser_accepts_the_command_line(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("vllm")
+def test_vllms_own_parser_accepts_the_command_line(tmp_path: Path, vllm_child: VllmChild) -> None:
     """The flags exist in the installed vLLM and mean what the client means by them."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("needs vLLM installed")
@@ -139,7 +136,7 @@ def test_vllms_own_parser_accepts_the_command_line(tmp_path: Path) -> None:
     closed = bench_argv(
         "http://h:1", "m", "/t", LoadProfile(concurrency=1), tmp_path, tmp_path / "r", 1
     )
-    args, closed_args = parsed_by_vllm(argv, closed)
+    args, closed_args = parsed_by_vllm(vllm_child, argv, closed)
     assert (args["backend"], args["dataset_name"], args["custom_output_len"]) == (
         "openai", "custom", -1,
     )  # fmt: skip

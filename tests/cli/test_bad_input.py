@@ -32,6 +32,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support import built_once
 
 FAKE_ENGINE = Path(__file__).resolve().parents[1] / "fake_engine.py"
 ENGINE = f"{{python}} {FAKE_ENGINE}"
@@ -423,13 +424,16 @@ def run_in_process(
 
 @pytest.fixture(scope="module")
 def workspace(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding the bad input files and one tuned study, `studies/s1`."""
-    base = tmp_path_factory.mktemp("bad-input")
-    _write_files(base / "files")
-    argv = [*TUNE, "--study", "s1", "--trials", "2", "--sampler", "random"]
-    done = run_cli(base, [a.replace("{model}", str(tiny_model)) for a in argv])
-    assert done.returncode == 0, done.stdout + done.stderr
-    return base
+    """A folder holding the bad input files and one tuned study, `studies/s1`: built once for
+    every worker of the run (`built_once`), each row working on a copy of it."""
+
+    def build(base: Path) -> None:
+        _write_files(base / "files")
+        argv = [*TUNE, "--study", "s1", "--trials", "2", "--sampler", "random"]
+        done = run_cli(base, [a.replace("{model}", str(tiny_model)) for a in argv])
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    return built_once(tmp_path_factory, "bad-input-workspace", build)
 
 
 class _Fails(http.server.BaseHTTPRequestHandler):
