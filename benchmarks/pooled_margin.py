@@ -20,12 +20,12 @@ from autotune.answer.repeats import Noise, compared, config_key
 from autotune.answer.selection import (
     MARGIN_Z,
     best_of,
+    judged_slos,
     margin,
     normal_equivalent,
     study_objectives,
 )
 from autotune.store import StudyFacts, TrialRecord
-from autotune.vocab.slo import NOT_SLOS
 
 # The engine model's prediction pools into the estimate once this many of its predictions of
 # the metric (other configs') were scored against their measurement; never surer than a
@@ -85,11 +85,7 @@ def pooled_margin(
     """`selection.margin` with each SLO's metric estimated by `estimate` (its runs pooled with
     the model's prediction) instead of the mean of its runs alone."""
     out = math.inf
-    for name, c in trial.constraints.items():
-        if name in NOT_SLOS or name not in noise or noise[name].sd <= 0 or c <= -1:
-            continue
-        if name in relative and trial.role == "baseline":
-            continue
+    for name, c in judged_slos(trial, noise, relative):
         bound = math.log(trial.metric(name)) - math.log1p(c)
         x, sd = estimate(trial, name, noise[name].sd, errors)
         out = min(out, normal_equivalent((bound - x) / sd, noise[name].df))

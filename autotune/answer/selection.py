@@ -5,7 +5,7 @@ dashboard use them without the study machinery."""
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -104,15 +104,24 @@ def margin(trial: TrialRecord, noise: Mapping[str, Noise], relative: Collection[
     inf where no SLO's noise was measured. The baseline is not judged against the `relative`
     SLOs: it defines them."""
     out = math.inf
+    for name, c in judged_slos(trial, noise, relative):
+        # log(measured / bound) = log1p(c), over the sd of the mean of its runs
+        z = -math.log1p(c) / (noise[name].sd / math.sqrt(trial.runs))
+        out = min(out, normal_equivalent(z, noise[name].df))
+    return out
+
+
+def judged_slos(
+    trial: TrialRecord, noise: Mapping[str, Noise], relative: Collection[str] = ()
+) -> Iterator[tuple[str, float]]:
+    """(SLO, constraint value) of each SLO of `trial` that a margin judges: one whose noise
+    was measured, not the baseline's own relative ones (it defines them)."""
     for name, c in trial.constraints.items():
         if name in NOT_SLOS or name not in noise or noise[name].sd <= 0 or c <= -1:
             continue
         if name in relative and trial.role == "baseline":
             continue
-        # log(measured / bound) = log1p(c), over the sd of the mean of its runs
-        z = -math.log1p(c) / (noise[name].sd / math.sqrt(trial.runs))
-        out = min(out, normal_equivalent(z, noise[name].df))
-    return out
+        yield name, c
 
 
 def clear_of_noise(
