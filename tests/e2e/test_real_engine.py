@@ -148,6 +148,11 @@ def _bench(url: str, tiny_model: Path, out_dir: Path, client: str, n: int) -> di
     return summary
 
 
+# A client whose mean TTFT is more than this many times the engine's stood still while the
+# engine streamed (both clients read 1.2-1.3x here when undisturbed).
+STALLED = 2.0
+
+
 def test_both_load_clients_agree_with_each_other_and_with_the_engine(
     served_best: Served, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -157,8 +162,7 @@ def test_both_load_clients_agree_with_each_other_and_with_the_engine(
 
     Both send 96 text prompts of 64 tokens for 32 output tokens at concurrency 16, seed n in
     round n, and share the host's two cores with the engine. One unmeasured run first (a fresh
-    server is slower), then four rounds in alternating order (six until stop 40: 92 s of the
-    suite's serial part; a median of four still moves with no single stalled run). A run alone
+    server is slower), then rounds in alternating order. A run alone
     cannot be compared with the next: on a 2-core host the engine's speed moves by +-20% from
     one 2-second run to the next (p50 TPOT 6.1 to 10.5 ms in 12 runs of one sequence), and a
     client-to-client ratio of medians missed 5% and 10% in CI on that alone. The engine's own
@@ -171,8 +175,12 @@ def test_both_load_clients_agree_with_each_other_and_with_the_engine(
       and ours adds no more than vLLM's client does (ratio of the two <= 1.05). Ours reads
       lower: it adds 8-11 ms to the engine's 60-80 ms here, vLLM's 13-17 ms (docs/metrics.md),
       so the bound is one-sided by design.
-    Medians over rounds for TPOT: a stalled run (one vLLM run read a mean TTFT of 265 ms, p50
-    89 ms) moves no median. TTFT is compared on each client's least-disturbed run (its lowest
+    Medians over rounds for TPOT, over the rounds in which neither client stalled before its
+    first tokens (its TTFT within STALLED x the engine's): a client that stood still while the
+    engine streamed reads the buffered tokens in a burst, so its TPOT reads low (in one fresh
+    clone vLLM's client read TTFT 47.8x and 10.9x the engine's in two runs, and TPOT 0.49x and
+    0.85x). Rounds go on until three are undisturbed (at least four, at most seven), and the
+    test fails if fewer are. TTFT is compared on each client's least-disturbed run (its lowest
     client / engine ratio of the four): a host stall of a second or two only adds to a run's
     TTFT, and in one fresh clone it hit 3 of our client's 7 runs (mean TTFT 7.5x and 26.7x the
     engine's) and none of vLLM's, which moved the median of the paired rounds to 1.099.
@@ -182,22 +190,28 @@ def test_both_load_clients_agree_with_each_other_and_with_the_engine(
         c: {"ttft": [], "tpot": []} for c in ("autotune", "vllm-bench")
     }
     _bench(url, tiny_model, tmp_path, "autotune", 0)
-    for n in range(1, 5):
+    ours, theirs = per_run["autotune"], per_run["vllm-bench"]
+    calm: list[int] = []  # the rounds in which neither client stalled
+    for n in range(1, 8):
         for client in ("autotune", "vllm-bench")[:: 1 if n % 2 else -1]:
             summary = _bench(url, tiny_model, tmp_path, client, n)
             for metric in ("ttft", "tpot"):
                 engine = summary[f"engine_mean_{metric}_ms"]
                 per_run[client][metric].append(summary[f"{metric}_ms"]["mean"] / engine)
-    ours, theirs = per_run["autotune"], per_run["vllm-bench"]
-    paired: dict[str, float] = {}
+        if max(ours["ttft"][-1], theirs["ttft"][-1]) <= STALLED:
+            calm.append(n - 1)
+        if n >= 4 and len(calm) >= 3:
+            break
     for metric in ("ttft", "tpot"):
         rounds = [a / b for a, b in zip(ours[metric], theirs[metric], strict=True)]
-        paired[metric] = statistics.median(rounds)
         print(f"{metric} client / engine: autotune {ours[metric]}, vllm bench {theirs[metric]}")
         print(f"{metric} autotune / vllm bench, per round: {rounds}")
+    assert len(calm) >= 3, f"a client stalled in {len(ours['ttft']) - len(calm)} rounds"
     median = statistics.median
-    assert abs(median(ours["tpot"]) - 1) <= 0.05 and abs(median(theirs["tpot"]) - 1) <= 0.05
-    assert abs(paired["tpot"] - 1) <= 0.05, f"TPOT autotune / vllm bench {paired['tpot']:.3f}"
+    tpot = {name: [runs["tpot"][k] for k in calm] for name, runs in per_run.items()}
+    assert all(abs(median(ratios) - 1) <= 0.05 for ratios in tpot.values()), tpot
+    paired = median(a / b for a, b in zip(tpot["autotune"], tpot["vllm-bench"], strict=True))
+    assert abs(paired - 1) <= 0.05, f"TPOT autotune / vllm bench {paired:.3f}"
     best = {"ours": min(ours["ttft"]), "theirs": min(theirs["ttft"])}  # least-disturbed runs
     assert best["ours"] >= 1 and best["theirs"] >= 1
     assert best["ours"] <= 1.05 * best["theirs"], (
