@@ -246,7 +246,7 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         warmup,
         requests,
         spec.load,
-        bounds.values,  # a copy: each measure below reads the bounds of its moment
+        bounds.values,  # as built; each measure takes the bounds and the reference of its moment
         spec.max_error_rate,
         hang_s=spec.engine.hang_timeout_s,
         deadline_s=spec.engine.benchmark_timeout_s,
@@ -258,7 +258,6 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
         device_cost_per_hour=spec.device_cost_per_hour,
         load_client=spec.load_client,
         tokenizer=spec.model,
-        agreement=bounds.reference,  # the plan's at this moment; each measure takes its own
     )
     if spec.load_client == "vllm-bench":
         try:
