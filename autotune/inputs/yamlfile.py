@@ -55,3 +55,13 @@ StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL, list("tTfF")
 def load_yaml(text: str) -> Any:
     """`text` read with `StrictLoader` (raises yaml.YAMLError, with its marks)."""
     return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: safe
+
+
+def yaml_problem(path: object, exc: yaml.YAMLError) -> str:
+    """`PATH: invalid YAML at line L, column C: PROBLEM`, the one line a user reads for a file
+    that is no YAML (a spec, a search space)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"{path}: invalid YAML{where}: {exc.problem}"
+    return f"{path}: invalid YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"

@@ -17,7 +17,7 @@ from pydantic_core import ErrorDetails
 from autotune.engine import ascend_option_problems, installed_ascend_version
 from autotune.inputs.userfiles import MIB, UserFileError, path_problem, read_user_text, shown_path
 from autotune.inputs.wording import plain_message
-from autotune.inputs.yamlfile import load_yaml
+from autotune.inputs.yamlfile import load_yaml, yaml_problem
 from autotune.space._errors import SpaceError
 from autotune.space._host import HostFacts, restrict_to_host
 from autotune.space._params import PARAMETER_TYPES, CategoricalParam, Issue
@@ -153,11 +153,9 @@ def _read_yaml(file: Path) -> dict[str, Any]:
         data = load_yaml(read_user_text(file, SPACE_LIMIT, "search space"))
     except UserFileError as exc:
         raise SpaceError(str(exc)) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise SpaceError(f"{file}: {where}YAML syntax error: {exc.problem}") from exc
-    except (yaml.YAMLError, OSError) as exc:
+    except yaml.YAMLError as exc:
+        raise SpaceError(yaml_problem(file, exc)) from exc
+    except OSError as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SpaceError(f"{file}: cannot read: {first_line}") from exc
     if not isinstance(data, dict):

@@ -15,7 +15,7 @@ from autotune.inputs.userfiles import (
     path_problem,
     read_user_text,
 )
-from autotune.inputs.yamlfile import load_yaml
+from autotune.inputs.yamlfile import load_yaml, yaml_problem
 from autotune.spec._errors import SpecError
 
 # A spec is a few dozen lines; a larger file is not one (and `/dev/zero` never ends).
@@ -28,12 +28,8 @@ def read_spec_file(path: Path) -> dict[str, Any]:
         data = load_yaml(read_user_text(path, SPEC_LIMIT, "spec"))
     except UserFileError as exc:
         raise SpecError(str(exc)) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{path}: invalid YAML{where}: {exc.problem}") from None
     except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+        raise SpecError(yaml_problem(path, exc)) from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a spec must be a mapping of fields")
     if "parameters" in data and "study" not in data:

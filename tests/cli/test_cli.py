@@ -157,7 +157,7 @@ def test_tune_malformed_space_file(cli: Invoke, tune_argv: TuneArgv, tmp_path: P
     space.write_text("name: bad\nparameters:\n  - {name: max_num_seqs, type: int, low: 4\n")
     argv = [a if a != "cpu-quick" else space for a in tune_argv("s")]
     line = one_error_line(cli(*argv))
-    assert str(space) in line and "YAML syntax error" in line
+    assert str(space) in line and "invalid YAML at line" in line
 
 
 def test_tune_unreachable_storage(cli: Invoke, tune_argv: TuneArgv) -> None:

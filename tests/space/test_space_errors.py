@@ -17,7 +17,7 @@ INT = "{name: max_num_seqs, type: int, low: 4, high: 256, baseline: 128}"
 ENV = "name: x, env: VLLM_X"  # a parameter of no known range: a variable
 
 CASES = {
-    "yaml_syntax": ("parameters: [\n  - {name: a", r"line \d+, column \d+: YAML syntax error"),
+    "yaml_syntax": ("parameters: [\n  - {name: a", r"invalid YAML at line \d+, column \d+: "),
     "not_mapping": ("- a\n- b\n", "expected a mapping at the top level"),
     "unknown_type": (
         "parameters:\n  - {name: max_num_seqs, type: integer, low: 1, high: 2, baseline: 1}",
