@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from builders import make_summary, record
 from study.fakes import STUDY, FakeMeasure
-from support import built_once
+from support import Ran, built_once, run_in_process
 from vllm_child import VllmChild
 
 from autotune.bench import Summary
@@ -88,6 +88,19 @@ def no_inherited_device_selection() -> None:
 
 
 # --- the study, search and measure tests' ---
+
+
+@pytest.fixture
+def autotune_here(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., Ran]:
+    """`autotune_here(*argv, cwd=None, env=None)`: `autotune ARGV` in this process, as a fresh
+    interpreter runs it (`support.run_in_process`): exit status, stdout and stderr."""
+
+    def run(*argv: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> Ran:
+        return run_in_process([str(a) for a in argv], monkeypatch, capsys, cwd=cwd, env=env)
+
+    return run
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import http.server
-import logging
 import os
 import re
 import shutil
@@ -25,14 +24,13 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
-from support import built_once
+from support import Ran, built_once, run_in_process
 
 FAKE_ENGINE = Path(__file__).resolve().parents[1] / "fake_engine.py"
 ENGINE = f"{{python}} {FAKE_ENGINE}"
@@ -246,18 +244,18 @@ ROWS = [
     row("command-typo", ["tnue"], "'tnue' (did you mean 'tune'?)", process=True),
     # Issue 45, by class: numbers bounded, floats finite, paths checked, files read bounded,
     # look-alike values refused, and the messages say the truth; wherever each enters.
-    row("tune-seed-2**32", tune("--seed", "4294967296"), "--seed 4294967296", process=True),
+    row("tune-seed-2**32", tune("--seed", "4294967296"), "--seed 4294967296"),
     row("tune-prompts-huge", tune("--workload", "random:prompts=99999999999"), "'prompts'"),
     row("tune-slo-factor-inf", tune("--slo", "p99_ttft_ms=baseline*inf"), "--slo 'p99_ttft"),
-    row("tune-root-name-long", tune("--root", LONG), "--root", process=True),
+    row("tune-root-name-long", tune("--root", LONG), "--root"),
     row("tune-root-under-a-file", tune("--root", "files/neg.yaml/x"), "neg.yaml is a file"),
-    row("tune-spec-device", ["tune", "--spec", "/dev/zero"], "/dev/zero", process=True),
+    row("tune-spec-device", ["tune", "--spec", "/dev/zero"], "/dev/zero"),
     row("tune-spec-huge", ["tune", "--spec", "files/big.yaml"], "larger than 1 MiB"),
     row("tune-offline-engine-command", tune("--scenario", "offline"), "--engine-command"),
     row("spaces-bound-inf", ["spaces", "validate", "files/inf.yaml"], "expected a finite"),
     row("spaces-choices-alike", ["spaces", "validate", "files/alike.yaml"], "are one value"),
     row("spaces-device", ["spaces", "validate", "/dev/zero"], "/dev/zero: not a file"),
-    row("show-root-name-long", ["show", "s1", "--root", LONG], "--root", process=True),
+    row("show-root-name-long", ["show", "s1", "--root", LONG], "--root"),
     row("show-study-name-long", ["show", LONG, "--root", "studies"], "study"),
     row("logs-root-name-long", ["logs", "s1", "--root", LONG], "--root"),
     row("predict-root-name-long", ["predict", "s1", "--root", LONG], "--root"),
@@ -376,52 +374,6 @@ def run_cli(
     )
 
 
-@dataclass(frozen=True)
-class Done:
-    returncode: int
-    stderr: str
-
-
-def run_in_process(
-    cwd: Path,
-    argv: list[str],
-    env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> Done:
-    """`autotune ARGV` through the command's own entry point (`autotune.cli.main`'s `run`),
-    in this process, as a fresh interpreter would run it: the root logger without handlers
-    (the CLI configures its own), Python's default warning filters with the package's own,
-    and every warning written to stderr as an interpreter writes it."""
-    from autotune.cli import app
-    from autotune.cli._usage import run
-    from autotune.store._storage import quiet_heartbeat_warnings
-
-    monkeypatch.chdir(cwd)
-    for key, value in {**ENV, **env}.items():
-        monkeypatch.setenv(key, value)
-    root = logging.getLogger()
-    monkeypatch.setattr(root, "handlers", [])
-    monkeypatch.setattr(root, "level", logging.WARNING)
-    capsys.readouterr()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.resetwarnings()
-        for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning):
-            warnings.simplefilter("ignore", category)
-        warnings.simplefilter("ignore", ResourceWarning)
-        quiet_heartbeat_warnings()  # the store's, set on its import (once, in an earlier test)
-        try:
-            run(app, argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        else:  # pragma: no cover - `run` always exits
-            code = 0
-    stderr = capsys.readouterr().err
-    for w in caught:
-        stderr += warnings.formatwarning(w.message, w.category, w.filename, w.lineno)
-    return Done(code, stderr)
-
-
 @pytest.fixture(scope="module")
 def workspace(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the bad input files and one tuned study, `studies/s1`: built once for
@@ -493,9 +445,9 @@ def test_bad_input_is_one_line_and_changes_nothing(
     ]
     before = snapshot(copy)
     if case.process:
-        done: Done | subprocess.CompletedProcess[str] = run_cli(copy, argv, case.env)
+        done: Ran | subprocess.CompletedProcess[str] = run_cli(copy, argv, case.env)
     else:
-        done = run_in_process(copy, argv, case.env, monkeypatch, capsys)
+        done = run_in_process(argv, monkeypatch, capsys, cwd=copy, env={**ENV, **case.env})
     after = snapshot(copy)
 
     lines = [line for line in done.stderr.splitlines() if line.strip()]

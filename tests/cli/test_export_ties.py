@@ -1,14 +1,15 @@
-"""`autotune export` as a process on a stored study: a tie within 2% on the first objective
+"""`autotune export` on a stored study: a tie within 2% on the first objective
 goes to the config farthest inside its SLO bounds (autotune.answer.selection.with_headroom)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
+from support import Ran
 from typer.testing import CliRunner
 
 from autotune import store as keys
@@ -52,14 +53,25 @@ def stored_study(
         study.add_trial(made)
 
 
-def export(root: Path, out: Path, *args: str) -> dict[str, object]:
-    cmd = [sys.executable, "-m", "autotune", "export", STUDY, "--root", str(root), "-o", str(out)]
-    result = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return yaml.safe_load(out.read_text())
+Export = Callable[..., dict[str, object]]
 
 
-def test_export_deploys_the_tied_config_with_room_under_its_slo(tmp_path: Path) -> None:
+@pytest.fixture
+def export(autotune_here: Callable[..., Ran]) -> Export:
+    """`export(root, out, *args)`: `autotune export` of the stored study, its YAML read back."""
+
+    def run(root: Path, out: Path, *args: str) -> dict[str, object]:
+        result = autotune_here("export", STUDY, "--root", root, "-o", out, *args)
+        assert result.returncode == 0, result.stderr
+        loaded: dict[str, object] = yaml.safe_load(out.read_text())
+        return loaded
+
+    return run
+
+
+def test_export_deploys_the_tied_config_with_room_under_its_slo(
+    tmp_path: Path, export: Export
+) -> None:
     stored_study(
         tmp_path,
         [
@@ -73,7 +85,9 @@ def test_export_deploys_the_tied_config_with_room_under_its_slo(tmp_path: Path) 
     assert export(tmp_path, out, "--trial", "0")["max-num-seqs"] == 256  # asked for by number
 
 
-def test_export_keeps_its_slos_clear_of_the_noise_the_study_measured(tmp_path: Path) -> None:
+def test_export_keeps_its_slos_clear_of_the_noise_the_study_measured(
+    tmp_path: Path, export: Export
+) -> None:
     # max_num_seqs=128 ran three times (re-measures): its TPOT spread 30-36 ms is the study's
     # measured noise (sd of log 0.09, on 2 degrees of freedom). 256 measured the most
     # throughput 4% inside the bound, well within that noise; the export deploys 128, whose
@@ -100,7 +114,7 @@ def test_export_keeps_its_slos_clear_of_the_noise_the_study_measured(tmp_path: P
 
 
 def test_export_judges_the_margin_on_the_runs_not_on_the_engine_models_prediction(
-    tmp_path: Path,
+    tmp_path: Path, export: Export
 ) -> None:
     # As above, and the engine model predicted every config before it ran within 1%, 256 at
     # 47.5 ms: pooled with that prediction, 256 would be 2.6 sd inside its bound. On real
@@ -117,7 +131,7 @@ def test_export_judges_the_margin_on_the_runs_not_on_the_engine_models_predictio
 
 
 def test_without_repeated_runs_export_has_no_noise_to_hold_a_margin_against(
-    tmp_path: Path,
+    tmp_path: Path, export: Export
 ) -> None:
     stored_study(tmp_path, [(128, 900.0, 30.0), (256, 1000.0, 48.0)])
     out = tmp_path / "best.yaml"

@@ -7,10 +7,12 @@ import itertools
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 import pytest
+from support import Ran
 
 from autotune.cli._common import InputError
 from autotune.cli._logs import choose_trial, follow, log_path, next_attempt, wait_for_log
@@ -31,16 +33,7 @@ def record(number: int, state: str = "complete", status: str = "ok", **kw: objec
     return TrialRecord(number=number, state=state, status=status, **kw)
 
 
-def autotune(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autotune", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def one_error(result: subprocess.CompletedProcess[str]) -> str:
+def one_error(result: Ran) -> str:
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
@@ -169,13 +162,15 @@ def make_study(root: Path, name: str = "s") -> optuna.Study:
     return study
 
 
-def test_logs_prints_the_running_trials_log_else_the_last_one(tmp_path: Path) -> None:
+def test_logs_prints_the_running_trials_log_else_the_last_one(
+    tmp_path: Path, autotune_here: Callable[..., Ran]
+) -> None:
     root = tmp_path / "studies"
     study = make_study(root)
-    result = autotune("logs", "s", "0", "--root", root)
+    result = autotune_here("logs", "s", "0", "--root", root)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "INFO engine 0 started\nINFO engine 0 stopped\n"
-    result = autotune("logs", "s", "--root", root)  # none running: trial 0, with a notice
+    result = autotune_here("logs", "s", "--root", root)  # none running: trial 0, with a notice
     assert result.returncode == 0, result.stderr
     assert result.stdout == "INFO engine 0 started\nINFO engine 0 stopped\n"
     assert "no trial is running; showing trial 0 (ok)" in result.stderr
@@ -183,22 +178,24 @@ def test_logs_prints_the_running_trials_log_else_the_last_one(tmp_path: Path) ->
     folder = layout.trial_dir(root / "s", running.number)
     folder.mkdir()
     (folder / layout.ENGINE_LOG).write_text("INFO engine 2 starting\n")
-    result = autotune("logs", "s", "--root", root)
+    result = autotune_here("logs", "s", "--root", root)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "INFO engine 2 starting\n" and result.stderr == ""
 
 
-def test_logs_bad_input_is_one_error_line(tmp_path: Path) -> None:
+def test_logs_bad_input_is_one_error_line(
+    tmp_path: Path, autotune_here: Callable[..., Ran]
+) -> None:
     root = tmp_path / "studies"
     make_study(root)
-    line = one_error(autotune("logs", "s", "9", "--root", root))
+    line = one_error(autotune_here("logs", "s", "9", "--root", root))
     assert line == "error: study 's' has no trial 9 (its trials: 0-1)"
-    line = one_error(autotune("logs", "s", "1", "--root", root))
+    line = one_error(autotune_here("logs", "s", "1", "--root", root))
     assert line.startswith("error: trial 1 was never launched (invalid_config: ")
-    line = one_error(autotune("logs", "nope", "--root", root))
+    line = one_error(autotune_here("logs", "nope", "--root", root))
     assert "no study database at" in line and "nope" in line
     (layout.trial_dir(root / "s", 0) / layout.ENGINE_LOG).unlink()
-    line = one_error(autotune("logs", "s", "0", "--root", root))
+    line = one_error(autotune_here("logs", "s", "0", "--root", root))
     assert line.startswith("error: trial 0 (ok) has no engine log yet (looked in ")
 
 

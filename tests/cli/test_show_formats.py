@@ -1,4 +1,5 @@
-"""`autotune show`: `--format json|csv` as a process, and the table at 80 columns."""
+"""`autotune show`: `--format json` as a process (a fresh interpreter writes nothing else to
+stdout), csv and the table, and the table at 80 columns."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from support import Ran
 
 from autotune.answer.trial_data import COLUMNS
 from autotune.bench import METRIC_NAMES
@@ -54,8 +57,12 @@ def test_show_json_is_every_trial_with_its_measurements(tuned: Tuned) -> None:
     assert any(r["on_front"] for r in rows)
 
 
-def test_show_csv_has_a_column_per_param_and_metric(tuned: Tuned) -> None:
-    rows = list(csv.DictReader(io.StringIO(show(tuned, "--format", "csv"))))
+def test_show_csv_has_a_column_per_param_and_metric(
+    tuned: Tuned, autotune_here: Callable[..., Ran]
+) -> None:
+    shown = autotune_here("show", tuned.study, "--root", tuned.root, "--format", "csv")
+    assert shown.returncode == 0, shown.stderr
+    rows = list(csv.DictReader(io.StringIO(shown.stdout)))
     records = stored(tuned)
     assert len(rows) == 3
     header = list(rows[0])
@@ -68,9 +75,11 @@ def test_show_csv_has_a_column_per_param_and_metric(tuned: Tuned) -> None:
         assert row["feasible"] == "true" and row["failure_kind"] == ""
 
 
-def test_show_table_is_the_default(tuned: Tuned) -> None:
-    assert "Pareto front of 3 trials" in show(tuned)
-    assert "Pareto front of 3 trials" in show(tuned, "--format", "table")
+def test_show_table_is_the_default(tuned: Tuned, autotune_here: Callable[..., Ran]) -> None:
+    for table in ((), ("--format", "table")):
+        shown = autotune_here("show", tuned.study, "--root", tuned.root, *table)
+        assert shown.returncode == 0, shown.stderr
+        assert "Pareto front of 3 trials" in shown.stdout
 
 
 # --- the table at 80 columns -----------------------------------------------------------------

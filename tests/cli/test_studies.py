@@ -1,4 +1,4 @@
-"""`autotune studies` as a process: a line per study, files that are no study database
+"""`autotune studies` (its listing as a process): a line per study, files that are no study database
 skipped, and no database ever written."""
 
 from __future__ import annotations
@@ -8,8 +8,11 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from support import Ran
 
 from autotune.answer.export import choose_export
 from autotune.store import StudyStore
@@ -73,26 +76,30 @@ def test_studies_lists_each_study_and_skips_other_files(tuned: Tuned, tmp_path: 
     assert skipped[1].startswith(f"skipped {root / 'other' / 'study.db'}: not an autotune")
 
 
-def test_studies_of_one_storage_url(tuned: Tuned, tmp_path: Path) -> None:
+def test_studies_of_one_storage_url(
+    tuned: Tuned, tmp_path: Path, autotune_here: Callable[..., Ran]
+) -> None:
     db = tmp_path / "copy.db"
     shutil.copy(tuned.root / tuned.study / "study.db", db)
     before = db.read_bytes()
-    result = autotune("studies", "--storage", f"sqlite:///{db}")
+    result = autotune_here("studies", "--storage", f"sqlite:///{db}")
     assert result.returncode == 0, result.stderr
     assert [line.split()[:2] for line in result.stdout.splitlines()[1:]] == [["s1", "3/3"]]
     assert db.read_bytes() == before and sorted(tmp_path.iterdir()) == [db]
 
 
-def test_studies_bad_input_is_one_error_line(tmp_path: Path) -> None:
+def test_studies_bad_input_is_one_error_line(
+    tmp_path: Path, autotune_here: Callable[..., Ran]
+) -> None:
     junk = tmp_path / "junk.db"
     junk.write_text("not a database")
     for args in (["--storage", f"sqlite:///{junk}"], ["--root", tmp_path / "none"]):
-        result = autotune("studies", *args)
+        result = autotune_here("studies", *args)
         assert result.returncode == 2, result.stdout
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert junk.read_text() == "not a database"
     empty = tmp_path / "root"
     empty.mkdir()
-    result = autotune("studies", "--root", empty)
+    result = autotune_here("studies", "--root", empty)
     assert result.returncode == 0 and result.stdout.strip() == f"no study in {empty}/*/study.db"
