@@ -133,90 +133,142 @@ def test_exported_yaml_starts_vllm_serve_and_serves(served_best: Served) -> None
     assert "enforce_eager=True" in log
 
 
+# Tokens per request: a client that reads its first token late by d and the rest on time reads
+# TPOT low by d / (OUTPUT - 1), so the longer the stream, the less a moment's stall moves it.
+OUTPUT = 128
+
+
 def _bench(url: str, tiny_model: Path, out_dir: Path, client: str, n: int) -> dict[str, Any]:
     """`autotune bench` with `client` sending the requests of seed `n`."""
     out_json = out_dir / f"{client}-{n}.json"
     argv = [
         *AUTOTUNE, "bench", "--url", url, "--model-path", str(tiny_model), "--concurrency", "16",
-        "--workload", f"random:input=64,output=32,prompts=96,warmup=1,seed={n}",
+        "--workload", f"random:input=64,output={OUTPUT},prompts=32,warmup=1,seed={n}",
         "--load-client", client, "--json", str(out_json),
     ]  # fmt: skip
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
     summary: dict[str, Any] = json.loads(out_json.read_text())
-    assert summary["completed"] == 96 and summary["errors"] == 0
+    assert summary["completed"] == 32 and summary["errors"] == 0
     return summary
 
 
 # A client whose mean TTFT is more than this many times the engine's stood still while the
-# engine streamed (both clients read 1.2-1.3x here when undisturbed).
-STALLED = 2.0
+# engine streamed: both clients read 1.15-1.3x here when undisturbed; a stalled run of vLLM's
+# client read 1.87x with TPOT 0.86x the engine's (two nice-19 busy loops beside it).
+STALLED = 1.5
+CLIENTS = ("autotune", "vllm-bench")
 
 
-def test_both_load_clients_agree_with_each_other_and_with_the_engine(
-    served_best: Served, tiny_model: Path, tmp_path: Path
-) -> None:
+@dataclass(frozen=True)
+class Rounds:
+    """Each client's per-run client / engine ratios (`ratios[client][metric][round]`) and the
+    rounds in which a client did not stall (`calm[client]`)."""
+
+    ratios: dict[str, dict[str, list[float]]]
+    calm: dict[str, list[int]]
+
+    def both_calm(self) -> list[int]:
+        return [k for k in self.calm["autotune"] if k in self.calm["vllm-bench"]]
+
+    def stalled(self, client: str) -> str:
+        """`N of M rounds` in which `client` stalled."""
+        runs = len(self.ratios[client]["ttft"])
+        return f"{runs - len(self.calm[client])} of {runs} rounds"
+
+    def shown(self, client: str) -> str:
+        runs = self.ratios[client]
+        ttft, tpot = ([round(r, 3) for r in runs[m]] for m in ("ttft", "tpot"))
+        return f"TTFT {ttft}, TPOT {tpot}"
+
+
+@pytest.fixture(scope="module")
+def client_rounds(
+    served_best: Served, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Rounds:
     """The same requests measured by the project's client and by `vllm bench serve`
     (`--load-client vllm-bench`), each run read against the engine's own clock over the same
     requests (`engine_mean_ttft_ms`, `engine_mean_tpot_ms` from vLLM's /metrics).
 
-    Both send 96 text prompts of 64 tokens for 32 output tokens at concurrency 16, seed n in
+    Both send 32 text prompts of 64 tokens for OUTPUT tokens at concurrency 16, seed n in
     round n, and share the host's two cores with the engine. One unmeasured run first (a fresh
-    server is slower), then rounds in alternating order. A run alone
-    cannot be compared with the next: on a 2-core host the engine's speed moves by +-20% from
-    one 2-second run to the next (p50 TPOT 6.1 to 10.5 ms in 12 runs of one sequence), and a
-    client-to-client ratio of medians missed 5% and 10% in CI on that alone. The engine's own
-    TTFT and TPOT move with it, so each run's client / engine ratio does not (TPOT: 1.006 to
-    1.012 in the same runs).
-
-    - TPOT: both clients read the engine's decode time per token (same definition, both ends
-      of the same stream): client / engine within 5%, and within 5% of each other.
-    - TTFT: no client sees a first token before the engine made it (client / engine >= 1),
-      and ours adds no more than vLLM's client does (ratio of the two <= 1.05). Ours reads
-      lower: it adds 8-11 ms to the engine's 60-80 ms here, vLLM's 13-17 ms (docs/metrics.md),
-      so the bound is one-sided by design.
-    Medians over rounds for TPOT, over the rounds in which neither client stalled before its
-    first tokens (its TTFT within STALLED x the engine's): a client that stood still while the
-    engine streamed reads the buffered tokens in a burst, so its TPOT reads low (in one fresh
-    clone vLLM's client read TTFT 47.8x and 10.9x the engine's in two runs, and TPOT 0.49x and
-    0.85x). Rounds go on until three are undisturbed (at least four, at most seven), and the
-    test fails if fewer are. TTFT is compared on each client's least-disturbed run (its lowest
-    client / engine ratio of the four): a host stall of a second or two only adds to a run's
-    TTFT, and in one fresh clone it hit 3 of our client's 7 runs (mean TTFT 7.5x and 26.7x the
-    engine's) and none of vLLM's, which moved the median of the paired rounds to 1.099.
+    server is slower), then rounds in alternating order. A run alone cannot be compared with
+    the next: on a 2-core host the engine's speed moves by +-20% from one 2-second run to the
+    next, and the engine's own TTFT and TPOT move with it, so each run's client / engine ratio
+    does not. A client that stood still while the engine streamed (mean TTFT over STALLED x the
+    engine's) reads the buffered tokens in a burst, so its TPOT reads low: such a round is not
+    judged for that client. Rounds go on until three are undisturbed for both clients (at
+    least four rounds, at most seven), then, where ours has fewer than three, with our client
+    alone (at most ten rounds).
     """
-    url = served_best.url
-    per_run: dict[str, dict[str, list[float]]] = {
-        c: {"ttft": [], "tpot": []} for c in ("autotune", "vllm-bench")
-    }
-    _bench(url, tiny_model, tmp_path, "autotune", 0)
-    ours, theirs = per_run["autotune"], per_run["vllm-bench"]
-    calm: list[int] = []  # the rounds in which neither client stalled
-    for n in range(1, 8):
-        for client in ("autotune", "vllm-bench")[:: 1 if n % 2 else -1]:
-            summary = _bench(url, tiny_model, tmp_path, client, n)
+    url, tmp = served_best.url, tmp_path_factory.mktemp("clients")
+    ratios: dict[str, dict[str, list[float]]] = {c: {"ttft": [], "tpot": []} for c in CLIENTS}
+    calm: dict[str, list[int]] = {c: [] for c in CLIENTS}
+    _bench(url, tiny_model, tmp, "autotune", 0)
+    for n in range(1, 11):
+        if n <= 7:  # both clients, in alternating order
+            clients = CLIENTS[:: 1 if n % 2 else -1]
+        elif len(calm["autotune"]) < 3:  # ours alone, until it has three undisturbed rounds
+            clients = ("autotune",)
+        else:
+            break
+        for client in clients:
+            summary = _bench(url, tiny_model, tmp, client, n)
             for metric in ("ttft", "tpot"):
                 engine = summary[f"engine_mean_{metric}_ms"]
-                per_run[client][metric].append(summary[f"{metric}_ms"]["mean"] / engine)
-        if max(ours["ttft"][-1], theirs["ttft"][-1]) <= STALLED:
-            calm.append(n - 1)
-        if n >= 4 and len(calm) >= 3:
+                ratios[client][metric].append(summary[f"{metric}_ms"]["mean"] / engine)
+            if ratios[client]["ttft"][-1] <= STALLED:
+                calm[client].append(n - 1)
+        rounds = Rounds(ratios, calm)
+        if n >= 4 and len(rounds.both_calm()) >= 3:
             break
-    for metric in ("ttft", "tpot"):
-        rounds = [a / b for a, b in zip(ours[metric], theirs[metric], strict=True)]
-        print(f"{metric} client / engine: autotune {ours[metric]}, vllm bench {theirs[metric]}")
-        print(f"{metric} autotune / vllm bench, per round: {rounds}")
+    for client in CLIENTS:
+        print(f"{client} / engine per round: {rounds.shown(client)}")
+    return rounds
+
+
+def test_our_client_reads_the_engines_ttft_and_tpot(client_rounds: Rounds) -> None:
+    """autotune's client against the engine's own clock: TPOT (both ends of the same stream)
+    within 5% as the median over its undisturbed rounds; TTFT never below the engine's (no
+    first token before the engine made it), on every round."""
+    ours = client_rounds.ratios["autotune"]
+    calm = client_rounds.calm["autotune"]
     assert len(calm) >= 3, (
-        f"a client stalled (TTFT over {STALLED}x the engine's) in {len(ours['ttft']) - len(calm)}"
-        " rounds: this host is too busy now to compare the two clients"
+        f"our client stalled (TTFT over {STALLED}x the engine's) in "
+        f"{client_rounds.stalled('autotune')}: {client_rounds.shown('autotune')}"
     )
+    tpot = statistics.median(ours["tpot"][k] for k in calm)
+    assert abs(tpot - 1) <= 0.05, client_rounds.shown("autotune")
+    assert min(ours["ttft"]) >= 1, client_rounds.shown("autotune")
+
+
+def test_vllms_client_agrees_with_ours_and_with_the_engine(client_rounds: Rounds) -> None:
+    """`--load-client vllm-bench` reads what our client reads, on the rounds in which neither
+    stalled: TPOT within 5% of the engine's and of ours (medians); TTFT never below the
+    engine's, and ours adds no more than vLLM's (least-disturbed runs, ours <= 1.05 x theirs).
+    Ours reads lower: it adds 8-11 ms to the engine's 60-80 ms here, vLLM's 13-17 ms
+    (docs/metrics.md), so that bound is one-sided by design.
+
+    vLLM's client carries vLLM's import in its process and stalls first on a busy host: beside
+    two nice-19 busy loops it read TTFT 1.9-4.1x the engine's in four of four rounds where
+    ours read 1.17-1.21x. Where fewer than three rounds are undisturbed for both, there is
+    nothing to compare, and the test says so as a skip with the ratios it read."""
+    both = client_rounds.both_calm()
+    if len(both) < 3:
+        pytest.skip(
+            f"vLLM's client stalled (TTFT over {STALLED}x the engine's) in "
+            f"{client_rounds.stalled('vllm-bench')}: the host is too busy to compare with it "
+            f"({client_rounds.shown('vllm-bench')})"
+        )
     median = statistics.median
-    tpot = {name: [runs["tpot"][k] for k in calm] for name, runs in per_run.items()}
-    assert all(abs(median(ratios) - 1) <= 0.05 for ratios in tpot.values()), tpot
-    paired = median(a / b for a, b in zip(tpot["autotune"], tpot["vllm-bench"], strict=True))
+    ours, theirs = client_rounds.ratios["autotune"], client_rounds.ratios["vllm-bench"]
+    assert abs(median(theirs["tpot"][k] for k in both) - 1) <= 0.05, client_rounds.shown(
+        "vllm-bench"
+    )
+    paired = median(ours["tpot"][k] / theirs["tpot"][k] for k in both)
     assert abs(paired - 1) <= 0.05, f"TPOT autotune / vllm bench {paired:.3f}"
     best = {"ours": min(ours["ttft"]), "theirs": min(theirs["ttft"])}  # least-disturbed runs
-    assert best["ours"] >= 1 and best["theirs"] >= 1
+    assert best["theirs"] >= 1
     assert best["ours"] <= 1.05 * best["theirs"], (
         f"TTFT / engine at best: autotune {best['ours']:.3f}, vllm bench {best['theirs']:.3f}: "
         "ours adds more than vLLM's"
