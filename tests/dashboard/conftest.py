@@ -10,6 +10,7 @@ from wsgiref.util import setup_testing_defaults
 
 import pytest
 from cli.conftest import invoke, tune_args
+from support import built_once
 
 from autotune.dashboard import Catalog, DashboardApp
 
@@ -30,27 +31,31 @@ class Studies:
 
 @pytest.fixture(scope="package")
 def studies(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Studies:
-    root = tmp_path_factory.mktemp("studies")
-    found = Studies(root)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FAKE_ENGINE_STARTUP_S", "0.1")
-        mp.delenv("FAKE_ENGINE_FAIL", raising=False)
-        ok = invoke(
-            *tune_args(tiny_model, root, found.ok, "--trials", "5", "--sampler", "random"),
-            *SLOS, "--confirm", "2", "--confirm-rounds", "2",
-        )  # fmt: skip
-        assert ok.exit_code == 0, ok.output
-        pruned = invoke(
-            *tune_args(tiny_model, root, found.pruned, "--trials", "2", "--sampler", "random"),
-            "--slo", "p99_ttft_ms=0.01", "--prune",
-            "--workload", "random:input=32,output=8,prompts=64,warmup=1", "--rate", "50",
-        )  # fmt: skip
-        assert pruned.exit_code == 3, pruned.output  # nothing meets the SLO: the closest shown
-        assert "Closest: trial" in pruned.output and "--allow-infeasible" in pruned.output
-        mp.setenv("FAKE_ENGINE_FAIL", "oom")
-        oom = invoke(*tune_args(tiny_model, root, found.oom, "--trials", "2"))
-        assert oom.exit_code == 1, oom.output  # the baseline failed: the study stopped
-    return found
+    """The three studies, tuned once for every worker of the run (`built_once`): the
+    dashboard tests only read them (a test that changes one works on its copy)."""
+
+    def build(root: Path) -> None:
+        found = Studies(root)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("FAKE_ENGINE_STARTUP_S", "0.1")
+            mp.delenv("FAKE_ENGINE_FAIL", raising=False)
+            ok = invoke(
+                *tune_args(tiny_model, root, found.ok, "--trials", "5", "--sampler", "random"),
+                *SLOS, "--confirm", "2", "--confirm-rounds", "2",
+            )  # fmt: skip
+            assert ok.exit_code == 0, ok.output
+            pruned = invoke(
+                *tune_args(tiny_model, root, found.pruned, "--trials", "2", "--sampler", "random"),
+                "--slo", "p99_ttft_ms=0.01", "--prune",
+                "--workload", "random:input=32,output=8,prompts=64,warmup=1", "--rate", "50",
+            )  # fmt: skip
+            assert pruned.exit_code == 3, pruned.output  # nothing meets the SLO: the closest
+            assert "Closest: trial" in pruned.output and "--allow-infeasible" in pruned.output
+            mp.setenv("FAKE_ENGINE_FAIL", "oom")
+            oom = invoke(*tune_args(tiny_model, root, found.oom, "--trials", "2"))
+            assert oom.exit_code == 1, oom.output  # the baseline failed: the study stopped
+
+    return Studies(built_once(tmp_path_factory, "dashboard-studies", build))
 
 
 @pytest.fixture
