@@ -161,21 +161,24 @@ STALLED = 1.5
 CLIENTS = ("autotune", "vllm-bench")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Rounds:
-    """Each client's per-run client / engine ratios (`ratios[client][metric][round]`) and the
-    rounds in which a client did not stall (`calm[client]`)."""
+    """Each client's per-run client / engine ratios (`ratios[client][metric][round]`), filled
+    round by round."""
 
     ratios: dict[str, dict[str, list[float]]]
-    calm: dict[str, list[int]]
+
+    def calm(self, client: str) -> list[int]:
+        """The rounds in which `client` did not stall (TTFT within STALLED x the engine's)."""
+        return [k for k, ttft in enumerate(self.ratios[client]["ttft"]) if ttft <= STALLED]
 
     def both_calm(self) -> list[int]:
-        return [k for k in self.calm["autotune"] if k in self.calm["vllm-bench"]]
+        return [k for k in self.calm("autotune") if k in self.calm("vllm-bench")]
 
     def stalled(self, client: str) -> str:
         """`N of M rounds` in which `client` stalled."""
         runs = len(self.ratios[client]["ttft"])
-        return f"{runs - len(self.calm[client])} of {runs} rounds"
+        return f"{runs - len(self.calm(client))} of {runs} rounds"
 
     def shown(self, client: str) -> str:
         runs = self.ratios[client]
@@ -203,13 +206,12 @@ def client_rounds(
     alone (at most ten rounds).
     """
     url, tmp = served_best.url, tmp_path_factory.mktemp("clients")
-    ratios: dict[str, dict[str, list[float]]] = {c: {"ttft": [], "tpot": []} for c in CLIENTS}
-    calm: dict[str, list[int]] = {c: [] for c in CLIENTS}
+    rounds = Rounds({c: {"ttft": [], "tpot": []} for c in CLIENTS})
     _bench(url, tiny_model, tmp, "autotune", 0)
     for n in range(1, 11):
         if n <= 7:  # both clients, in alternating order
             clients = CLIENTS[:: 1 if n % 2 else -1]
-        elif len(calm["autotune"]) < 3:  # ours alone, until it has three undisturbed rounds
+        elif len(rounds.calm("autotune")) < 3:  # ours alone, until three undisturbed rounds
             clients = ("autotune",)
         else:
             break
@@ -217,10 +219,7 @@ def client_rounds(
             summary = _bench(url, tiny_model, tmp, client, n)
             for metric in ("ttft", "tpot"):
                 engine = summary[f"engine_mean_{metric}_ms"]
-                ratios[client][metric].append(summary[f"{metric}_ms"]["mean"] / engine)
-            if ratios[client]["ttft"][-1] <= STALLED:
-                calm[client].append(n - 1)
-        rounds = Rounds(ratios, calm)
+                rounds.ratios[client][metric].append(summary[f"{metric}_ms"]["mean"] / engine)
         if n >= 4 and len(rounds.both_calm()) >= 3:
             break
     for client in CLIENTS:
@@ -233,7 +232,7 @@ def test_our_client_reads_the_engines_ttft_and_tpot(client_rounds: Rounds) -> No
     within 5% as the median over its undisturbed rounds; TTFT never below the engine's (no
     first token before the engine made it), on every round."""
     ours = client_rounds.ratios["autotune"]
-    calm = client_rounds.calm["autotune"]
+    calm = client_rounds.calm("autotune")
     assert len(calm) >= 3, (
         f"our client stalled (TTFT over {STALLED}x the engine's) in "
         f"{client_rounds.stalled('autotune')}: {client_rounds.shown('autotune')}"
