@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 
 from autotune.engine._args import env_file_text, to_yaml_text
 from autotune.engine._command import SERVER_PLACEHOLDERS
@@ -103,6 +104,21 @@ class RunningEngine:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def cpu_s(self) -> float:
+        """CPU seconds the engine's processes (the server and every process under it) have
+        used so far; a process that ends meanwhile is left out."""
+        try:
+            root = psutil.Process(self.process.pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0.0
+        total = 0.0
+        for proc in tree:
+            with suppress(psutil.Error):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
 
     def probe(self) -> str | None:
         """Why the engine is gone or going (exit, or a fatal line in its log); None if healthy.

@@ -1,7 +1,8 @@
 """One config's device work, with no Optuna in it: start the engine, run the workload, tear
-down (`measure`); stop a benchmark early once its requests decide it (`make_judge`); compare a
-config's greedy outputs with the baseline's (`agreement_of`); what a measurement means as
-objective and constraint values; profile a config (`profile_config`).
+down (`measure`), alone or in turns with other engines (`Turns`); stop a benchmark early once
+its requests decide it (`make_judge`); compare a config's greedy outputs with the baseline's
+(`agreement_of`); what a measurement means as objective and constraint values; profile a
+config (`profile_config`).
 
 `autotune.study` drives it once per trial; benchmarks drive it directly.
 """
@@ -26,6 +27,7 @@ from autotune.measure._outcome import (
 )
 from autotune.measure._profile import ProfileError, ProfilePlan, profile_config
 from autotune.measure._prune import FrontPoint, Judge, PruneRule, make_judge
+from autotune.measure._turns import Turn, Turns
 
 __all__ = [
     "AGREEMENT",
@@ -43,6 +45,8 @@ __all__ = [
     "ProfilePlan",
     "PruneRule",
     "Reference",
+    "Turn",
+    "Turns",
     "Workplan",
     "agreement_of",
     "constraint_values",

@@ -59,6 +59,7 @@ from autotune.measure._outcome import (
 )
 from autotune.measure._prune import Judge
 from autotune.measure._runs import Runner, too_many_errors
+from autotune.measure._turns import Turn
 from autotune.store import Abort, Cost, TrialFacts
 from autotune.vocab.status import TrialStatus
 
@@ -107,10 +108,15 @@ class Workplan:
 
 
 class Measure(Protocol):
-    """The device work of one trial; `judge` (early stopping) may end its benchmark early."""
+    """The device work of one trial; `judge` (early stopping) may end its benchmark early;
+    `turn`: its batches alternate with other engines' (`Turns`; None: alone)."""
 
     def __call__(
-        self, config: EngineConfig, trial_dir: Path, judge: Judge | None = None
+        self,
+        config: EngineConfig,
+        trial_dir: Path,
+        judge: Judge | None = None,
+        turn: Turn | None = None,
     ) -> Measurement: ...
 
 
@@ -121,13 +127,31 @@ def measure(
     settings: LaunchSettings,
     clock: Callable[[], float] = time.monotonic,
     judge: Judge | None = None,
+    turn: Turn | None = None,
 ) -> Measurement:
     """Launch `config`, run `plan` against it, and report; the engine is always torn down.
 
     `judge` stops the benchmark as soon as the requests so far decide the trial: it is then
-    recorded as `pruned`, with the metrics of the requests it finished."""
-    if plan.scenario == "offline":
-        return measure_offline(config, trial_dir, plan, settings, clock)
+    recorded as `pruned`, with the metrics of the requests it finished. `turn`: the engine is
+    measured in turns with others (`Turns`), batch by batch; it leaves them however it ends."""
+    try:
+        if plan.scenario == "offline":
+            return measure_offline(config, trial_dir, plan, settings, clock)
+        return _measure_online(config, trial_dir, plan, settings, clock, judge, turn)
+    finally:
+        if turn is not None:
+            turn.leave()
+
+
+def _measure_online(
+    config: EngineConfig,
+    trial_dir: Path,
+    plan: Workplan,
+    settings: LaunchSettings,
+    clock: Callable[[], float],
+    judge: Judge | None,
+    turn: Turn | None,
+) -> Measurement:
     started = clock()
     result = Measurement(status=TrialStatus.OK)
     try:
@@ -143,8 +167,9 @@ def measure(
             guard = Guard(probe=probe, hang_s=plan.hang_s, deadline_s=plan.deadline_s, judge=judge)
             counters = EngineCounters(engine.url)
             runner = Runner(
-                engine.url, config.api_model_name, plan, guard, trial_dir, counters.start
-            )
+                engine.url, config.api_model_name, plan, guard, trial_dir, counters.start,
+                turn, engine.cpu_s,
+            )  # fmt: skip
             try:
                 done = runner.run_plan()
             except LoadClientError as exc:  # the client itself failed: nothing was measured
@@ -183,6 +208,9 @@ def measure(
             finally:
                 result.engine.voided = list(runner.voided) or None
                 result.engine.stall_kept_s = runner.stall_kept
+                if turn is not None:
+                    result.engine.turns = runner.turns_taken
+                    result.engine.quiet_wait_s = round(runner.settled_s, 2)
     except EngineError as exc:
         _fail(result, exc.failure)
         if exc.startup_s is not None:

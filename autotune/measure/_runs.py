@@ -38,6 +38,7 @@ from autotune.bench import (
 )
 from autotune.engine import Failure
 from autotune.measure._objectives import constraint_values
+from autotune.measure._turns import Turn, settle
 from autotune.store import VoidedRun
 from autotune.vocab import layout
 from autotune.vocab.status import TrialStatus
@@ -64,7 +65,9 @@ class PlanRuns:
 
 class Runner:
     """Runs a plan's benchmarks against one engine: `url`, `model`, the plan (a `Workplan`),
-    the guard, the trial folder, and the hook called once a run's warm-up is over."""
+    the guard, the trial folder, the hook called once a run's warm-up is over, and the engine's
+    turn where it is measured in turns with others (`Turns`: its batches alternate with
+    theirs; after each it hands over once the engine is quiet, read from `cpu_s`)."""
 
     def __init__(
         self,
@@ -74,9 +77,15 @@ class Runner:
         guard: Any,
         trial_dir: Path,
         before_measured: Callable[[], None],
+        turn: Turn | None = None,
+        cpu_s: Callable[[], float] | None = None,
     ) -> None:
         self.url, self.model, self.plan, self.guard = url, model, plan, guard
         self.trial_dir, self.before_measured = trial_dir, before_measured
+        self.turn = turn  # with other engines measured in turns (`_turns.py`); None: alone
+        self.cpu_s = cpu_s  # the engine's CPU seconds so far: it hands over its turn quiet
+        self.settled_s = 0.0  # seconds waited, in all, for the engine to go quiet
+        self.turns_taken = 0  # batches sent in turns
         self.voided: list[VoidedRun] = []
         self.sized: str | None = None  # why the batches ended (`bench.sized`)
         self.stall_kept: float | None = None  # the stall of a run kept after MAX_VOIDED
@@ -88,7 +97,7 @@ class Runner:
         plan = self.plan
         if plan.capacity is not None:
             return self._capacity()
-        if plan.repeats <= 1 and plan.precision is None:
+        if plan.repeats <= 1 and plan.precision is None and self.turn is None:
             records = self.run(plan.warmup, plan.requests, plan.profile)
             return PlanRuns(records, voided=self.voided)
         return self._batches()
@@ -153,7 +162,8 @@ class Runner:
         runs: list[list[RequestRecord]] = []
         rates: list[float] = []
         attempts = 0  # batches sent, voided ones included: each draws prompts of its own
-        while True:
+        out: list[int] = []
+        while self._take_turn():  # False: ready, and no other engine is measuring
             k = len(runs)
             warmup = plan.warmup if k == 0 else ()
             records = self.run(warmup, plan.requests_for(attempts), plan.profile)
@@ -164,21 +174,21 @@ class Runner:
                     records, f"degraded: its rate {rate:,.0f} departs from the batches before it"
                 )
                 self.voided.append(VoidedRun(records=name, reason="degraded"))
+                self._end_turn(ready=False)
                 continue
             write_records(folder / layout.run_records(k), records)
             runs.append(records)
             rates.append(rate)
             out = outlying(rates)
             kept = [run for i, run in enumerate(runs) if i not in out]
+            ended: str | None = None
             if plan.precision is None:
-                if len(runs) >= plan.repeats:
-                    break
-            elif (
-                ended := sized(
-                    kept, plan.slos, plan.precision, plan.repeats, [runs[i] for i in out]
-                )
-            ) is not None:
+                ended = f"repeats: {len(runs)}" if len(runs) >= plan.repeats else None
+            else:
+                ended = sized(kept, plan.slos, plan.precision, plan.repeats, [runs[i] for i in out])
                 self.sized = ended
+            capped = ended is not None and ended.startswith("cap")
+            if self._end_turn(ready=ended is not None, final=capped):
                 break
         runs = self._leave_out(runs, rates, out, folder)
         by_rate = sorted(runs, key=lambda run: summarize(run, plan.slos).output_throughput)
@@ -208,6 +218,23 @@ class Runner:
         for i, run in enumerate(kept):
             write_records(folder / layout.run_records(i), run)
         return kept
+
+    def _take_turn(self) -> bool:
+        """Alone: always. In turns: wait for this engine's; False when it should end."""
+        if self.turn is None:
+            return True
+        taken = self.turn.begin()
+        self.turns_taken += taken
+        return taken
+
+    def _end_turn(self, ready: bool, final: bool = False) -> bool:
+        """Whether the batches end: alone, when `ready`; in turns, when every engine still
+        measuring is ready too (or at a cap, `final`). The turn passes on."""
+        if self.turn is None:
+            return ready
+        if self.cpu_s is not None:
+            self.settled_s += settle(self.cpu_s)
+        return self.turn.end(ready, final)
 
     def _degraded(self) -> int:
         return sum(v.reason == "degraded" for v in self.voided)

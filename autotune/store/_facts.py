@@ -88,6 +88,16 @@ class TrialFacts(EngineFacts):
         description="the worst stall of a run kept after two voided ones (a host that stalls "
         "in run after run): its figures carry it",
     )
+    turns: int | None = Field(
+        default=None,
+        description="measured in turns with other engines (a confirm round): its batches, "
+        "each taken in turn; None: alone",
+    )
+    quiet_wait_s: float | None = Field(
+        default=None,
+        description="in turns: seconds it waited, in all, after its batches for its engine to "
+        "go quiet before handing over",
+    )
 
     @classmethod
     def read(cls, stored: Any) -> TrialFacts:
