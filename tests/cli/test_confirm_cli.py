@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from autotune.bench import pooled_summary, read_records
 from autotune.store import StudyFacts, StudyStore
+from autotune.vocab import layout
 
 TuneArgv = Callable[..., list[str | Path]]
 ONE_OBJECTIVE = ("--objective", "output_throughput:max")
@@ -65,6 +67,42 @@ def test_confirm_twice_on_a_stable_engine_picks_the_same_winner(
         "# confirmed: output_throughput median" in header and "over 3 alternating rounds" in header
     )
     assert f"verdict: {second['gain']['verdict']}" in header
+
+
+def test_a_confirm_round_measures_its_engines_in_turns(
+    tune_argv: TuneArgv, tmp_path: Path, cli: Callable[..., object], monkeypatch
+) -> None:
+    """On a CPU host taken whole, with memory for both, a round starts the candidate's engine
+    and the baseline's, then their batches alternate: read from the requests' own times, each
+    batch ends before the other engine's next begins, and each engine's batches bracket the
+    other's (both engines were up at once)."""
+    monkeypatch.setenv("FAKE_ENGINE_STEP_S", "0.01")
+    serve = tmp_path / "serve.sh"
+    serve.write_text("vllm serve MODEL --max-num-seqs 4\n")
+    argv = tune_argv(
+        "t", "--trials", "2", "--seed", "1", *ONE_OBJECTIVE, "--baseline", serve,
+        "--workload", "random:input=32,output=16,prompts=16,warmup=1", "--rate", "1000",
+        "--repeats", "3", "--confirm", "1", "--confirm-rounds", "1",
+    )  # fmt: skip
+    result = cli(*argv)
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    confirm = store_of(tmp_path, "t").study_facts("t").confirm or {}
+    order = confirm["order"][0]
+    assert confirm["turns"] == [{"round": 0, "batches": order * 3}], confirm["turns"]
+    assert "Confirm: 1 alternating rounds (1 with engines in turns)" in result.output  # type: ignore[attr-defined]
+    (stamp,) = (tmp_path / "studies" / "t" / layout.CONFIRM_DIR).iterdir()
+    spans = []
+    for number in order:
+        folder = layout.confirm_run_dir(tmp_path / "studies" / "t", stamp.name, 0, number)
+        batches = sorted((folder / layout.RUNS_DIR).glob("run-*.jsonl"))
+        assert len(batches) == 3
+        for path in batches:
+            records = read_records(path)
+            spans.append((min(r.send_time for r in records), max(r.end_time for r in records),
+                          number))  # fmt: skip
+    spans.sort()
+    assert [n for _, _, n in spans] == order * 3
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
 
 
 def test_repeats_keep_a_spread_that_show_prints(
