@@ -45,7 +45,7 @@ from autotune.measure import Measurement, Turns, measure
 from autotune.study._sequential import per_look_level
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from noise_anatomy import plan_for
+from noise_anatomy import plan_for, print_table
 from verdicts import BASE_ARGS, append_row, load_rows, tiny_model
 
 KINDS = ("apart", "turns")
@@ -166,11 +166,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         collect(args.rounds, args.out, args.workdir)
     rows = load_rows(args.out)
     print(f"{len(rows)} rounds in {args.out}")
-    for name, cells in analyze(rows).items():
-        text = ", ".join(
-            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in cells.items()
-        )
-        print(f"{name}: {text}")
+    print_table(analyze(rows))
 
 
 if __name__ == "__main__":

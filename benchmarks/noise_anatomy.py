@@ -186,7 +186,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         collect(args.rounds, args.out, args.workdir, args.background, kinds)
     rows = load_rows(args.out)
     print(f"{len(rows)} samples in {args.out}")
-    for name, cells in analyze(rows).items():
+    print_table(analyze(rows))
+
+
+def print_table(table: dict[str, dict[str, Any]]) -> None:
+    """One line per row of an analysis: its name, then each cell (floats to 3 places)."""
+    for name, cells in table.items():
         text = ", ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in cells.items()
         )
