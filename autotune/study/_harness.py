@@ -55,6 +55,7 @@ from autotune.space import (
 )
 from autotune.spec import SpecError, TuneSpec
 from autotune.study._errors import difference
+from autotune.study._gate import local_model
 from autotune.study._host_fit import (
     check_options,
     for_this_model,
@@ -208,37 +209,34 @@ class Harness:
         so two of a study's configs do not share one), online without a capacity search, and
         where the memory available now holds every engine (weights, the KV cache they were
         given, `ENGINE_OVERHEAD_BYTES` each) within `TOGETHER_SHARE`."""
-        why = self._apart(params)
+        configs = [self.engine_config(p) for p in params]
+        why = self._apart(configs)
         if why is not None:
             if why not in self._said:
                 logger.info("confirm rounds measure one engine at a time: %s", why)
                 self._said.add(why)
             return None
-        return self._held_whole([self.engine_config(p) for p in params])
+        return self._held_whole(configs)
 
-    def _apart(self, params: Sequence[dict[str, Any]]) -> str | None:
+    def _apart(self, configs: Sequence[EngineConfig]) -> str | None:
         plan = self.plan
         if self.machine.pool is not None or self.space.platform != Platform.CPU:
             return "engines run together only on a CPU host taken whole"
         if plan is None or plan.scenario != "online" or plan.capacity is not None:
             return "engines run together only online, without a capacity search"
         memory = self.machine.device_memory(None)
-        model = ModelInfo.from_path(self.spec.model) if Path(self.spec.model).is_dir() else None
+        model = _model_info(self.spec.model)
         if memory is None or model is None:
             return "the host's memory or the model's size is not known"
         need = 0
-        for p in params:
-            config = self.engine_config(p)
-            path = Path(config.args.get("model") or config.model)
-            known = allocated_bytes(
-                config.args, model, path if path.is_dir() else None, Platform.CPU
-            )
+        for config in configs:
+            known = allocated_bytes(config.args, model, local_model(config), Platform.CPU)
             if known is None:
                 return "a config's KV cache size is not given (vLLM would size it to the host)"
             need += known + ENGINE_OVERHEAD_BYTES
         if need > TOGETHER_SHARE * memory.available_bytes:
             return (
-                f"{len(params)} engines need about {need / 2**30:.1f} GiB, more than "
+                f"{len(configs)} engines need about {need / 2**30:.1f} GiB, more than "
                 f"{TOGETHER_SHARE:.0%} of the {memory.available_bytes / 2**30:.1f} GiB available"
             )
         return None
@@ -250,6 +248,12 @@ class Harness:
             yield configs
         finally:
             whole.release()
+
+
+@functools.cache
+def _model_info(model: str) -> ModelInfo | None:
+    """The model's numbers, read once per process (None for a hub name)."""
+    return ModelInfo.from_path(model) if Path(model).is_dir() else None
 
 
 def _rerun_requests(spec: TuneSpec, run: int) -> list[RequestSpec]:

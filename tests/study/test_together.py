@@ -69,4 +69,4 @@ def test_a_kv_cache_vllm_sizes_itself_keeps_engines_apart(
         update={"parameters": [p for p in space.parameters if p.name != "kv_cache_mib"]}
     )
     h.space = space_without
-    assert "KV cache size is not given" in (h._apart(no_kv) or "")
+    assert "KV cache size is not given" in (h._apart([h.engine_config(p) for p in no_kv]) or "")
