@@ -8,10 +8,13 @@ flight, batches of 64 prompts sized as the demo sizes them: the rate's 90% inter
 +-10%, p90s on 100 requests, 40 s at most), with the tuner's own `measure`:
 
 - `apart`: a fresh engine, then another (the confirm step wherever engines cannot share a host);
-- `turns`: both started, then their batches in turns (`autotune.measure.Turns`: the confirm
+- `turns`: both started, then their batches in turns, the turn handed over after every batch
+  (`autotune.measure.Turns` with `turn_s=0`);
+- `held`: the same, each turn held for `measure._turns.TURN_S` measured seconds (the confirm
   step on a CPU host with the memory for both).
 
-Each round is one kind, the kinds alternate, and the background changes with the round:
+Each round is one kind, the kinds alternate (`--kinds`), and the background changes with each
+cycle of them:
 `nice` (a `nice -n 19` busy loop throughout) and `waves` (a normal-priority busy loop 20 s on,
 20 s off: other work that comes and goes, the minute-to-minute drift a shared host shows).
 `analyze` prints, per kind and background, the sd of the log of one round's ratio (second /
@@ -19,7 +22,8 @@ first) of output throughput, p90 TPOT and p90 TTFT, its mean (a bias of the orde
 seconds a round took, and the half-width of the gain's interval that spread gives over four
 rounds at the confirm step's per-look level.
 
-    python benchmarks/confirm_rounds.py collect [--rounds 12] [--out /tmp/confirm_rounds/runs.jsonl]
+    python benchmarks/confirm_rounds.py collect [--rounds 12] [--kinds apart,turns,held] \
+        [--out /tmp/confirm_rounds/runs.jsonl]
     python benchmarks/confirm_rounds.py analyze [--out ...]
 """
 
@@ -48,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from noise_anatomy import plan_for, print_table
 from verdicts import BASE_ARGS, append_row, load_rows, tiny_model
 
-KINDS = ("apart", "turns")
+KINDS = ("apart", "turns", "held")
 BACKGROUNDS = ("nice", "waves")
 METRICS = ("output_throughput", "p90_tpot_ms", "p90_ttft_ms")
 DEFAULT_OUT = Path("/tmp/confirm_rounds/runs.jsonl")
@@ -89,7 +93,7 @@ def one_round(model: Path, workdir: Path, kind: str, round_: int) -> dict[str, A
         for i, folder in enumerate(folders):
             results[i] = measure(config, folder, plan, settings)
     else:
-        turns = Turns(2)
+        turns = Turns(2, turn_s=0.0 if kind == "turns" else None)
 
         def one(i: int) -> None:
             results[i] = measure(config, folders[i], plan, settings, turn=turns.party(i))
@@ -104,6 +108,8 @@ def one_round(model: Path, workdir: Path, kind: str, round_: int) -> dict[str, A
         "status": [str(m.status) if m else "none" for m in results],
         "startup_s": [m.engine.startup_s if m else None for m in results],
         "sized": [m.engine.sized if m else None for m in results],
+        "batches": [m.engine.repeats if m else None for m in results],
+        "quiet_wait_s": [m.engine.quiet_wait_s if m else None for m in results],
     }  # fmt: skip
     first, second = results
     if first and second and first.summary is not None and second.summary is not None:
@@ -112,15 +118,15 @@ def one_round(model: Path, workdir: Path, kind: str, round_: int) -> dict[str, A
     return row
 
 
-def collect(rounds: int, out: Path, workdir: Path) -> None:
+def collect(rounds: int, out: Path, workdir: Path, kinds: Sequence[str] = KINDS) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     model = tiny_model(workdir)
     done = {r["round"] for r in load_rows(out)}
     for round_ in range(rounds):
         if round_ in done:
             continue
-        kind = KINDS[round_ % 2]
-        name = BACKGROUNDS[(round_ // 2) % 2]
+        kind = kinds[round_ % len(kinds)]
+        name = BACKGROUNDS[(round_ // len(kinds)) % 2]
         with background(name):
             row = {"background": name, **one_round(model, workdir, kind, round_)}
         append_row(out, row)
@@ -159,11 +165,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("collect", "analyze"))
     parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--kinds", default=",".join(KINDS), help="which kinds, alternated")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/confirm_rounds/work"))
     args = parser.parse_args(argv)
     if args.what == "collect":
-        collect(args.rounds, args.out, args.workdir)
+        kinds = args.kinds.split(",")
+        unknown = sorted(set(kinds) - set(KINDS))
+        if unknown:
+            parser.error(f"unknown kinds {unknown}: choose from {', '.join(KINDS)}")
+        collect(args.rounds, args.out, args.workdir, kinds)
     rows = load_rows(args.out)
     print(f"{len(rows)} rounds in {args.out}")
     print_table(analyze(rows))

@@ -40,7 +40,7 @@ from autotune.bench._percentiles import (
     slo_percentile,
     thin_percentiles,
 )
-from autotune.bench._precision import Precision, degraded, outlying, sized
+from autotune.bench._precision import Precision, batch_seconds, degraded, outlying, sized
 from autotune.bench._records import RequestRecord, read_records, write_records
 from autotune.bench._requests import build_requests, longest_request
 from autotune.bench._run import run_benchmark
@@ -101,6 +101,7 @@ __all__ = [
     "VllmBenchError",
     "Workload",
     "WorkloadError",
+    "batch_seconds",
     "build_requests",
     "check_installed",
     "check_workload",

@@ -65,7 +65,7 @@ def sized(
 ) -> str | None:
     """Why the run of `runs` (its batches so far) may end, or None while it must go on.
     `left_out`: batches measured but not judged (`outlying`), which count toward the caps."""
-    seconds = sum(_seconds(batch) for batch in [*runs, *left_out])
+    seconds = sum(batch_seconds(batch) for batch in [*runs, *left_out])
     if len(runs) + len(left_out) >= precision.max_batches:
         return f"cap: {len(runs) + len(left_out)} batches ({_rate_text(runs)})"
     if seconds >= precision.max_s:
@@ -103,7 +103,8 @@ def _decided(name: str, bound: float, good: list[RequestRecord], width: float) -
     return math.isfinite(hi) and point > 0 and (hi - lo) / 2 <= width * point
 
 
-def _seconds(batch: Sequence[RequestRecord]) -> float:
+def batch_seconds(batch: Sequence[RequestRecord]) -> float:
+    """A batch's measured seconds: its first send to its last end."""
     if not batch:
         return 0.0
     return max(r.end_time for r in batch) - min(r.send_time for r in batch)

@@ -28,6 +28,7 @@ from autotune.bench import (
     RequestRecord,
     StallWatch,
     Summary,
+    batch_seconds,
     degraded,
     find_capacity,
     outlying,
@@ -174,7 +175,7 @@ class Runner:
                     records, f"degraded: its rate {rate:,.0f} departs from the batches before it"
                 )
                 self.voided.append(VoidedRun(records=name, reason="degraded"))
-                self._end_turn(ready=False)
+                self._end_turn(ready=False, seconds=batch_seconds(records))
                 continue
             write_records(folder / layout.run_records(k), records)
             runs.append(records)
@@ -188,7 +189,7 @@ class Runner:
                 ended = sized(kept, plan.slos, plan.precision, plan.repeats, [runs[i] for i in out])
                 self.sized = ended
             capped = ended is not None and ended.startswith("cap")
-            if self._end_turn(ready=ended is not None, final=capped):
+            if self._end_turn(ended is not None, capped, batch_seconds(records)):
                 break
         runs = self._leave_out(runs, rates, out, folder)
         by_rate = sorted(runs, key=lambda run: summarize(run, plan.slos).output_throughput)
@@ -227,12 +228,16 @@ class Runner:
         self.turns_taken += taken
         return taken
 
-    def _end_turn(self, ready: bool, final: bool = False) -> bool:
+    def _end_turn(self, ready: bool, final: bool = False, seconds: float = 0.0) -> bool:
         """Whether the batches end: alone, when `ready`; in turns, when every engine still
-        measuring is ready too (or at a cap, `final`). The turn passes on."""
+        measuring is ready too (or at a cap, `final`). In turns, a batch of `seconds` keeps the
+        turn while it has held less than `Turns.turn_s`; else the turn passes on, once the
+        engine is quiet (unless no other engine is measuring)."""
         if self.turn is None:
             return ready
-        if self.cpu_s is not None:
+        if not ready and not final and self.turn.keep(seconds):
+            return False
+        if self.cpu_s is not None and not self.turn.alone():
             self.settled_s += settle(self.cpu_s)
         return self.turn.end(ready, final)
 

@@ -28,6 +28,12 @@ kept that core 70-100% busy through the first second of the other's batch, when 
 are prefilled, and p90 TTFT read 1.0-4.7 s against 0.3-0.5 s. So after its batch an engine
 waits until its processes use less than `QUIET_SHARE` of a core (read from their CPU times),
 at most `QUIET_MAX_S`.
+
+**A turn holds at least `TURN_S` measured seconds** (`keep`): a hand-over costs about that
+second of quiet, and on the demo's 2-second batches, handing over after every one spent a third
+of a round's batch time waiting (1.15 s between batches, median, in every round of the demo at
+51aea8b). Batches of a few seconds each side still see the same minutes of the host. A party
+left alone (the others ended or failed) hands over to nobody: it neither waits nor settles.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ _POLL_S = 0.1
 QUIET_SHARE = 0.2  # of one core: an engine this busy or less is idle
 QUIET_WINDOW_S = 0.1
 QUIET_MAX_S = 3.0
+TURN_S = 4.0  # measured seconds a turn holds before it is handed over
 
 
 def settle(
@@ -65,10 +72,15 @@ def settle(
 class Turns:
     """The turns of `parties` engines, in the order given (0 first)."""
 
-    def __init__(self, parties: int, cancel: threading.Event | None = None) -> None:
+    def __init__(
+        self, parties: int, cancel: threading.Event | None = None, turn_s: float | None = None
+    ) -> None:
         if parties < 1:
             raise ValueError(f"parties must be >= 1, not {parties}")
         self.parties = parties
+        # Measured seconds a turn holds (0: one batch a turn; None: `TURN_S`).
+        self.turn_s = TURN_S if turn_s is None else turn_s
+        self._held = 0.0  # measured seconds of the turn going on
         self._cancel = cancel
         self._cond = threading.Condition()
         self._arrived: set[int] = set()
@@ -100,6 +112,19 @@ class Turns:
                     return True
                 self._cond.wait(_POLL_S)
 
+    def keep(self, i: int, seconds: float) -> bool:
+        """Party `i` measured a batch of `seconds` and is neither ready nor capped: True when
+        it keeps the turn for another batch, with no hand-over (its turn has held less than
+        `turn_s`, or no other party is measuring)."""
+        with self._cond:
+            self._held += seconds
+            return self._active <= {i} or self._held < self.turn_s
+
+    def alone(self, i: int) -> bool:
+        """Whether party `i` is the only one still measuring: it hands over to nobody."""
+        with self._cond:
+            return self._active <= {i}
+
     def end(self, i: int, ready: bool, final: bool = False) -> bool:
         """Party `i`'s batch is over; True when it ends now: `final` (a cap), or `ready` with
         every other party still measuring ready too. The turn passes on either way."""
@@ -124,6 +149,7 @@ class Turns:
 
     def _pass(self, i: int) -> None:
         """The turn to the next party still measuring after `i`, in order."""
+        self._held = 0.0
         for step in range(1, self.parties + 1):
             j = (i + step) % self.parties
             if j in self._active:
@@ -140,6 +166,12 @@ class Turn:
 
     def begin(self) -> bool:
         return self.turns.begin(self.index)
+
+    def keep(self, seconds: float) -> bool:
+        return self.turns.keep(self.index, seconds)
+
+    def alone(self) -> bool:
+        return self.turns.alone(self.index)
 
     def end(self, ready: bool, final: bool = False) -> bool:
         return self.turns.end(self.index, ready, final)

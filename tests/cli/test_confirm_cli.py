@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.bench import pooled_summary, read_records
+from autotune.measure import _turns
 from autotune.store import StudyFacts, StudyStore
 from autotune.vocab import layout
 
@@ -77,6 +78,7 @@ def test_a_confirm_round_measures_its_engines_in_turns(
     batch ends before the other engine's next begins, and each engine's batches bracket the
     other's (both engines were up at once)."""
     monkeypatch.setenv("FAKE_ENGINE_STEP_S", "0.01")
+    monkeypatch.setattr(_turns, "TURN_S", 0.0)  # one batch a turn: the order is known
     serve = tmp_path / "serve.sh"
     serve.write_text("vllm serve MODEL --max-num-seqs 4\n")
     argv = tune_argv(

@@ -15,8 +15,10 @@ from autotune.measure._turns import settle
 
 
 def party(turn: Turn, ready_after: int, log: list[tuple[int, float, float]], i: int,
-          start_s: float = 0.0, cap: int = 50) -> Callable[[], None]:  # fmt: skip
-    """A Runner's loop in small: wait for the turn, 'measure' a batch, say whether ready."""
+          start_s: float = 0.0, cap: int = 50,
+          batch_s: float = 0.0) -> Callable[[], None]:  # fmt: skip
+    """A Runner's loop in small: wait for the turn, 'measure' a batch (of `batch_s` measured
+    seconds), keep the turn or hand it over, say whether ready."""
 
     def run() -> None:
         try:
@@ -27,7 +29,10 @@ def party(turn: Turn, ready_after: int, log: list[tuple[int, float, float]], i: 
                 time.sleep(0.01)
                 n += 1
                 log.append((i, began, time.monotonic()))
-                if turn.end(ready=n >= ready_after, final=n >= cap):
+                ready, final = n >= ready_after, n >= cap
+                if not ready and not final and turn.keep(batch_s):
+                    continue
+                if turn.end(ready, final):
                     break
         finally:
             turn.leave()
@@ -45,7 +50,7 @@ def run_parties(turns: Turns, *parties: Callable[[], None]) -> None:
 
 
 def test_batches_alternate_and_stay_paired_until_both_are_ready() -> None:
-    turns = Turns(2)
+    turns = Turns(2, turn_s=0.0)
     log: list[tuple[int, float, float]] = []
     run_parties(
         turns,
@@ -60,8 +65,33 @@ def test_batches_alternate_and_stay_paired_until_both_are_ready() -> None:
     assert all(a[2] <= b[1] for a, b in itertools.pairwise(log))
 
 
+def test_a_turn_holds_its_seconds_before_it_is_handed_over() -> None:
+    """Batches of 1.5 measured seconds, turns of 4: a turn hands over after its third batch
+    (4.5 s), not before; once ready, a party hands over at every batch (it says so to the
+    others) and goes on, paired, until the other is ready too."""
+    turns = Turns(2, turn_s=4.0)
+    log: list[tuple[int, float, float]] = []
+    run_parties(
+        turns,
+        party(turns.party(0), 4, log, 0, batch_s=1.5),
+        party(turns.party(1), 8, log, 1, batch_s=1.5),
+    )
+    owners = [i for i, _, _ in log]
+    # 0 is ready at its fourth batch, 1 at its eighth.
+    assert owners == [0, 0, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1], owners
+    assert turns.batches == owners
+
+
+def test_a_party_left_alone_keeps_the_turn_and_does_not_hand_over() -> None:
+    turns = Turns(2, turn_s=1.0)
+    turns.party(1).leave()
+    assert turns.party(0).alone()
+    assert turns.party(0).keep(5.0)  # nobody to hand over to
+    assert not Turns(2, turn_s=1.0).party(0).alone()
+
+
 def test_the_first_batch_waits_for_every_engine_to_start() -> None:
-    turns = Turns(2)
+    turns = Turns(2, turn_s=0.0)
     log: list[tuple[int, float, float]] = []
     t0 = time.monotonic()
     run_parties(
@@ -74,7 +104,7 @@ def test_the_first_batch_waits_for_every_engine_to_start() -> None:
 
 
 def test_an_engine_that_fails_to_start_leaves_the_other_to_measure_alone() -> None:
-    turns = Turns(2)
+    turns = Turns(2, turn_s=0.0)
     log: list[tuple[int, float, float]] = []
 
     def fails() -> None:
@@ -85,7 +115,7 @@ def test_an_engine_that_fails_to_start_leaves_the_other_to_measure_alone() -> No
 
 
 def test_a_cap_ends_one_engine_and_the_other_goes_on_alone() -> None:
-    turns = Turns(2)
+    turns = Turns(2, turn_s=0.0)
     log: list[tuple[int, float, float]] = []
     run_parties(
         turns,
@@ -96,7 +126,7 @@ def test_a_cap_ends_one_engine_and_the_other_goes_on_alone() -> None:
 
 
 def test_three_engines_take_turns_in_the_order_given() -> None:
-    turns = Turns(3)
+    turns = Turns(3, turn_s=0.0)
     log: list[tuple[int, float, float]] = []
     run_parties(turns, *(party(turns.party(i), 2, log, i) for i in (2, 0, 1)))
     assert [i for i, _, _ in log] == [0, 1, 2, 0, 1, 2]
