@@ -191,6 +191,8 @@ def _measure_online(
                     tail = engine.failure(TrialStatus.HANG, grace_s=0).log_tail
                     _fail(result, Failure(TrialStatus.HANG, aborted.abort.reason, tail))
             else:
+                if turn is not None:  # nothing after the batches beside another's
+                    turn.finish()
                 write_trial_records(trial_dir, done.records)
                 if _lived_through(result, engine, plan, done.runs or [done.records]):
                     result.engine.counters = counters.counted()

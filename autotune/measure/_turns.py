@@ -34,6 +34,10 @@ second of quiet, and on the demo's 2-second batches, handing over after every on
 of a round's batch time waiting (1.15 s between batches, median, in every round of the demo at
 51aea8b). Batches of a few seconds each side still see the same minutes of the host. A party
 left alone (the others ended or failed) hands over to nobody: it neither waits nor settles.
+
+A party whose batches are over waits (`finish`) until no other is measuring before its work
+after them: in the demo's rounds at 51aea8b, the engine that ended first computed its summary
+and was torn down beside the other's last one or two batches.
 """
 
 from __future__ import annotations
@@ -147,6 +151,17 @@ class Turns:
                 self._pass(i)
             self._cond.notify_all()
 
+    def finish(self, i: int) -> None:
+        """Party `i` has measured all it will: it leaves, then waits until no party is
+        measuring, so that its own work after the batches (the summary, the agreement's
+        prompts, the engine's teardown) does not run beside another's batches."""
+        self.leave(i)
+        with self._cond:
+            while self._active:
+                if self._cancel is not None and self._cancel.is_set():
+                    raise KeyboardInterrupt
+                self._cond.wait(_POLL_S)
+
     def _pass(self, i: int) -> None:
         """The turn to the next party still measuring after `i`, in order."""
         self._held = 0.0
@@ -178,3 +193,6 @@ class Turn:
 
     def leave(self) -> None:
         self.turns.leave(self.index)
+
+    def finish(self) -> None:
+        self.turns.finish(self.index)

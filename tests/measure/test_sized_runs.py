@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from support import fake_settings
 
-from autotune.bench import LoadProfile, Precision, RequestSpec
+from autotune.bench import LoadProfile, Precision, RequestSpec, read_records
 from autotune.engine import EngineConfig
-from autotune.measure import Workplan, load_measurement, measure
+from autotune.measure import Measurement, Turns, Workplan, load_measurement, measure
 
 CONFIG = EngineConfig(model="tiny", served_model_name="tiny", args={"max_num_seqs": 8})
 ENV = {"FAKE_ENGINE_STARTUP_S": "0.1", "FAKE_ENGINE_STEP_S": "0.004"}
@@ -146,3 +148,31 @@ def test_a_host_that_stalls_run_after_run_keeps_the_third_and_says_so(
     assert len(done.records) == 24  # measured, not failed: voiding again would not help
     assert [v.reason for v in runner.voided] == ["stall", "stall"]
     assert runner.stall_kept == 0.6
+
+
+def test_in_turns_an_engine_that_ends_first_waits_before_its_summary_and_teardown(
+    tmp_path: Path,
+) -> None:
+    """Its cap ends it after one batch; the other goes on for two more. Its work after the
+    batches (summary, teardown) comes after the other's last batch, not beside it."""
+    turns = Turns(2, turn_s=0.0)
+    caps = (1, 3)
+    returned: list[float] = [0.0, 0.0]
+    measured: list[Measurement | None] = [None, None]
+
+    def one(i: int) -> None:
+        env = {**ENV, "FAKE_ENGINE_EXIT_DELAY_S": "0", "FAKE_ENGINE_STEP_S": "0.01"}
+        p = plan({}, Precision(throughput=0.001, max_batches=caps[i]))
+        measured[i] = measure(CONFIG, tmp_path / f"e{i}", p, fake_settings(tmp_path,
+                              extra_env=env), turn=turns.party(i))  # fmt: skip
+        returned[i] = time.monotonic()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert all(m is not None and m.ok for m in measured), measured
+    assert turns.batches == [0, 1, 1, 1]
+    last = max(r.end_time for r in read_records(tmp_path / "e1" / "runs" / "run-2.jsonl"))
+    assert returned[0] >= last

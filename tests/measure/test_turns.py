@@ -82,6 +82,22 @@ def test_a_turn_holds_its_seconds_before_it_is_handed_over() -> None:
     assert turns.batches == owners
 
 
+def test_a_party_that_ended_waits_for_the_others_before_its_work_after_the_batches() -> None:
+    """Its summary and its engine's teardown would run beside the other's last batches."""
+    turns = Turns(2, turn_s=0.0)
+    log: list[tuple[int, float, float]] = []
+    finished: list[float] = []
+
+    def ends_first() -> None:
+        party(turns.party(0), 99, log, 0, cap=1)()
+        turns.party(0).finish()
+        finished.append(time.monotonic())
+
+    run_parties(turns, ends_first, party(turns.party(1), 4, log, 1))
+    assert [i for i, _, _ in log] == [0, 1, 1, 1, 1]
+    assert finished[0] >= log[-1][2]  # after the other's last batch
+
+
 def test_a_party_left_alone_keeps_the_turn_and_does_not_hand_over() -> None:
     turns = Turns(2, turn_s=1.0)
     turns.party(1).leave()
