@@ -10,8 +10,8 @@ flight, batches of 64 prompts sized as the demo sizes them: the rate's 90% inter
 - `apart`: a fresh engine, then another (the confirm step wherever engines cannot share a host);
 - `turns`: both started, then their batches in turns, the turn handed over after every batch
   (`autotune.measure.Turns` with `turn_s=0`);
-- `held`: the same, each turn held for `measure._turns.TURN_S` measured seconds (the confirm
-  step on a CPU host with the memory for both).
+- `held`: the same, each turn held for 4 measured seconds (two of the demo's batches; the
+  confirm step holds a turn for `measure._turns.TURN_S`, 1.5 s: one of them).
 
 Each round is one kind, the kinds alternate (`--kinds`), and the background changes with each
 cycle of them:
@@ -93,7 +93,7 @@ def one_round(model: Path, workdir: Path, kind: str, round_: int) -> dict[str, A
         for i, folder in enumerate(folders):
             results[i] = measure(config, folder, plan, settings)
     else:
-        turns = Turns(2, turn_s=0.0 if kind == "turns" else None)
+        turns = Turns(2, turn_s=0.0 if kind == "turns" else 4.0)
 
         def one(i: int) -> None:
             results[i] = measure(config, folders[i], plan, settings, turn=turns.party(i))

@@ -29,11 +29,14 @@ are prefilled, and p90 TTFT read 1.0-4.7 s against 0.3-0.5 s. So after its batch
 waits until its processes use less than `QUIET_SHARE` of a core (read from their CPU times),
 at most `QUIET_MAX_S`.
 
-**A turn holds at least `TURN_S` measured seconds** (`keep`): a hand-over costs about that
-second of quiet, and on the demo's 2-second batches, handing over after every one spent a third
-of a round's batch time waiting (1.15 s between batches, median, in every round of the demo at
-51aea8b). Batches of a few seconds each side still see the same minutes of the host. A party
-left alone (the others ended or failed) hands over to nobody: it neither waits nor settles.
+**A turn holds at least `TURN_S` measured seconds** (`keep`): a hand-over costs about a second
+of quiet, so batches shorter than 1.5 s go two or more a turn. Longer turns pair worse: side by
+side on the real engine (docs/benchmarks.md, "How long a turn holds"), turns of 4 s against one
+2-second batch a turn spent half the quiet wait and 10% less wall time a batch, but beside work
+that came and went every 20 s their rounds' ratios spread more (sd of the log of p90 TPOT 0.154
+against 0.103, of throughput 0.102 against 0.043). So the demo's 2-second batches go one a
+turn. A party left alone (the others ended or failed) hands over to nobody: it neither waits
+nor settles.
 
 A party whose batches are over waits (`finish`) until no other is measuring before its work
 after them: in the demo's rounds at 51aea8b, the engine that ended first computed its summary
@@ -50,7 +53,7 @@ _POLL_S = 0.1
 QUIET_SHARE = 0.2  # of one core: an engine this busy or less is idle
 QUIET_WINDOW_S = 0.1
 QUIET_MAX_S = 3.0
-TURN_S = 4.0  # measured seconds a turn holds before it is handed over
+TURN_S = 1.5  # measured seconds a turn holds before it is handed over
 
 
 def settle(
