@@ -140,6 +140,11 @@ class Harness:
     def __post_init__(self, slo_bounds: StudyBounds | None) -> None:
         self.bounds = slo_bounds if slo_bounds is not None else StudyBounds.of(self.spec)
 
+    @functools.cached_property
+    def model_info(self) -> ModelInfo | None:
+        """The tuned model's numbers (`config.json`), read once; None for a hub name."""
+        return ModelInfo.from_path(self.spec.model)
+
     def engine_config(self, params: dict[str, Any], lease: Lease | None = None) -> EngineConfig:
         """The engine config of `params`; with a lease, shown only the leased devices (on CPU:
         its workers bound to the leased cores, whatever binding the space chose)."""
@@ -225,7 +230,7 @@ class Harness:
         if plan is None or plan.scenario != "online" or plan.capacity is not None:
             return "engines run together only online, without a capacity search"
         memory = self.machine.device_memory(None)
-        model = _model_info(self.spec.model)
+        model = self.model_info
         if memory is None or model is None:
             return "the host's memory or the model's size is not known"
         need = 0
@@ -248,12 +253,6 @@ class Harness:
             yield configs
         finally:
             whole.release()
-
-
-@functools.cache
-def _model_info(model: str) -> ModelInfo | None:
-    """The model's numbers, read once per process (None for a hub name)."""
-    return ModelInfo.from_path(model) if Path(model).is_dir() else None
 
 
 def _rerun_requests(spec: TuneSpec, run: int) -> list[RequestSpec]:

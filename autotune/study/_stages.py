@@ -24,7 +24,7 @@ import optuna
 
 from autotune import store as keys
 from autotune.search import StagedSampler
-from autotune.space import ModelInfo, layout_plan
+from autotune.space import layout_plan
 from autotune.study._harness import Harness
 
 logger = logging.getLogger(__name__)
@@ -51,8 +51,7 @@ def queue_layouts(harness: Harness, study: optuna.Study, baseline: dict[str, Any
     if not harness.layout:
         return 0
     devices = harness.machine.pool.size if harness.machine.pool is not None else 1
-    model = ModelInfo.from_path(harness.spec.model)
-    plan = layout_plan(harness.space, baseline, model, devices)
+    plan = layout_plan(harness.space, baseline, harness.model_info, devices)
     for params in plan:
         study.enqueue_trial(params, user_attrs={keys.STAGE: keys.STAGE_LAYOUT})
     shown = ", ".join(harness.layout)

@@ -36,7 +36,7 @@ from autotune.measure import (
     save_measurement,
 )
 from autotune.search import queue_remeasure, remeasure_on
-from autotune.space import ModelInfo, SearchSpace, SpaceError
+from autotune.space import SearchSpace, SpaceError
 from autotune.store import StudyStore, TrialFacts, TrialRecord, TrialSlots, Worker
 from autotune.study._errors import StudyError
 from autotune.study._events import Event, TrialFinished, TrialSkipped, TrialStarted
@@ -98,7 +98,7 @@ class TrialRunner:
         self.emit = emit
         self.gate = Gate(
             harness.space,
-            ModelInfo.from_path(self.spec.model),
+            harness.model_info,
             config_of=harness.engine_config,
             devices=harness.machine.pool.size if harness.machine.pool is not None else 1,
             lanes=harness.machine.lanes,
