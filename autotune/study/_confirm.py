@@ -28,6 +28,12 @@ correction.
   plain words ("no config measured better than your defaults; best candidate trial 4: -3% to
   +5%"). Where the baseline itself misses an SLO over the rounds (absolute, or tighter than
   its own value), a qualified candidate wins on that alone; its interval is then the price.
+- **A degraded round is left out and made again.** After each round, from the third, every
+  round, the first included, is judged against the others: a round in which a candidate's
+  ratio to the baseline departs from its ratios in the other rounds by more than
+  `ROUND_FLOOR` (an engine that ran at half speed through its round, or a round the host
+  slowed between its two engines) leaves the step's runs (its folders stay on disk), is
+  listed in `degraded_rounds`, and one more round is run in its place (`MAX_LEFT_OUT`).
 - **The baseline is never confirmed alone**: with no other feasible config the step runs
   nothing and says so.
 
@@ -60,10 +66,18 @@ from autotune.store import StudyStore, TrialRecord
 from autotune.study._harness import Harness
 from autotune.study._host_fit import trial_engine_config
 from autotune.study._sequential import SMALLEST, look
-from autotune.study._verdict import Bounds, ConfirmRun, Stopping, evaluate, paired_gains
+from autotune.study._verdict import (
+    Bounds,
+    ConfirmRun,
+    Stopping,
+    departing_round,
+    evaluate,
+    paired_gains,
+)
 from autotune.vocab import layout
 
 CONFIRM_FILE = "confirm.json"
+MAX_LEFT_OUT = 1  # degraded rounds a step leaves out and makes again
 Together = Callable[[list[dict[str, Any]]], AbstractContextManager[list[EngineConfig]] | None]
 
 
@@ -109,6 +123,7 @@ class Confirmer:
     together: Together | None = None
     cancel: threading.Event = field(default_factory=threading.Event)  # set: Ctrl-C
     degraded: list[dict[str, Any]] = field(default_factory=list)  # runs made again
+    left_out: list[dict[str, Any]] = field(default_factory=list)  # degraded rounds, made again
     turns: list[dict[str, Any]] = field(default_factory=list)  # each round in turns: its order
 
     @classmethod
@@ -165,22 +180,52 @@ class Confirmer:
         stamp = result["started"].replace(":", "").replace("+0000", "Z")
         stop = Stopping(rounds, self.smallest)
         active, done = list(numbers), 0
-        while done < rounds and stop.ended is None:
+        while done - len(self.left_out) < rounds and stop.ended is None:
             order = round_order(active, done)
+            kept = done + 1 - len(self.left_out)
             for number, m in self._round(done, order, by_number, stamp, metric, bounds, runs):
                 self.on_run(done, number, len(runs), m)
-                state = evaluate(runs, numbers, direction, base_number, done + 1, bounds, stop)
-                self._keep({**result, **state, "turns": self.turns})
+                state = evaluate(runs, numbers, direction, base_number, kept, bounds, stop)
+                self._keep({**result, **state, **self._record()})
             done += 1
-            stop = self._looked(runs, numbers, direction, base_number, done, bounds, stop)
+            self._screen(runs, active, base_number)
+            kept = done - len(self.left_out)
+            stop = self._looked(runs, numbers, direction, base_number, kept, bounds, stop)
             active = [n for n in numbers if n not in stop.dropped]
         stop = stop if stop.ended is not None else replace(stop, ended="budget")
-        result.update(rounds=done, max_rounds=rounds, ended=stop.ended, degraded=self.degraded)
-        result["turns"] = self.turns
-        final = {**result, **evaluate(runs, numbers, direction, base_number, done, bounds, stop)}
+        kept = done - len(self.left_out)
+        result.update(rounds=kept, run_rounds=done, max_rounds=rounds, ended=stop.ended)
+        result.update(self._record())
+        final = {**result, **evaluate(runs, numbers, direction, base_number, kept, bounds, stop)}
+        if self.left_out:
+            final["gain"]["verdict"] += "; " + "; ".join(d["why"] for d in self.left_out)
         final["finished"] = _now()
         self._keep(final)
         return final
+
+    def _record(self) -> dict[str, Any]:
+        return {"degraded": self.degraded, "degraded_rounds": self.left_out, "turns": self.turns}
+
+    def _screen(self, runs: list[ConfirmRun], active: Sequence[int], base: int | None) -> None:
+        """After a round: a round, earlier ones included, in which a candidate's engine (or
+        the baseline's) ran far from its pace in the other rounds, relative to the other
+        engine (`departing_round`), leaves the step's runs (its folders stay on disk) and is
+        made again as an extra round; at most `MAX_LEFT_OUT` rounds a step."""
+        if base is None or len(self.left_out) >= MAX_LEFT_OUT:
+            return
+        out = departing_round(runs, active, base)
+        if out is None:
+            return
+        why = (
+            f"round {out.round + 1} left out as degraded and made again: trial {out.trial} "
+            f"measured {out.ratio:.2f}x the defaults there, {out.others:.2f}x in the other rounds"
+        )
+        values = {r.trial: r.value for r in runs if r.round == out.round}
+        self.left_out.append(
+            {"round": out.round, "trial": out.trial, "ratio": round(out.ratio, 4),
+             "others": round(out.others, 4), "values": values, "why": why}
+        )  # fmt: skip
+        runs[:] = [r for r in runs if r.round != out.round]
 
     def _round(
         self,

@@ -11,13 +11,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.bench import t_quantile
+from autotune.bench import degraded, t_quantile
 from autotune.spec import TuneSpec
 from autotune.store import StudyFacts
 from autotune.study._sequential import ERROR, SMALLEST, look
 from autotune.vocab.slo import Slo, slos_of
 
 LEVEL = 0.90  # the gain's interval: two-sided
+# A round is degraded when a candidate's ratio to the baseline there departs from its ratios in
+# the other rounds by more than this (log: 39% below or 65% above their median) and 4 robust
+# sd of theirs. With a round's paired noise of 0.064-0.10 (docs/benchmarks.md, "How long a
+# turn holds") a null step of up to 8 rounds flags one at most 1 time in 1,000; at 0.16 (one
+# engine after the other, beside other work) 3-6 times in 100; a round at half speed (log
+# -0.69) is caught 98 times in 100 at 0.064 (tests/study/test_sequential.py).
+ROUND_FLOOR = 0.5
 
 
 @dataclass(frozen=True)
@@ -205,6 +212,46 @@ def paired_gains(
             continue
         paired.append(w / b - 1 if direction == "maximize" else b / w - 1)
     return paired
+
+
+@dataclass(frozen=True)
+class Departure:
+    """A round whose paired ratio departs from the candidate's others (`departing_round`)."""
+
+    round: int
+    trial: int
+    ratio: float  # candidate / baseline of the primary metric in that round
+    others: float  # the median of that ratio over the other rounds
+
+
+def departing_round(
+    runs: Sequence[ConfirmRun], candidates: Sequence[int], base: int
+) -> Departure | None:
+    """The round, the first included, in which one candidate's ratio to the baseline (their
+    primary values, as measured side by side) departs from its ratios in every other round
+    as `degraded` judges it (`ROUND_FLOOR`, from two other rounds on): an engine that ran at
+    a fraction of its speed through a round, or a baseline that did. The furthest one if
+    several do; None if none does."""
+    by_round: dict[int, dict[int, float | None]] = {}
+    for r in runs:
+        by_round.setdefault(r.round, {})[r.trial] = r.value
+    found: list[tuple[float, Departure]] = []
+    for number in candidates:
+        if number == base:
+            continue
+        ratios = {
+            k: w / b
+            for k, v in by_round.items()
+            if (w := v.get(number)) is not None and (b := v.get(base)) is not None
+            and w > 0 and b > 0
+        }  # fmt: skip
+        for k, ratio in ratios.items():
+            others = [x for j, x in ratios.items() if j != k]
+            if degraded([*others, ratio], floor=ROUND_FLOOR, least=2):
+                centre = statistics.median(others)
+                far = abs(math.log(ratio / centre))
+                found.append((far, Departure(k, number, ratio, centre)))
+    return max(found, key=lambda f: f[0])[1] if found else None
 
 
 def _fixed(paired: list[float]) -> dict[str, Any]:

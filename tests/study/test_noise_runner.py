@@ -371,14 +371,20 @@ def test_on_a_slowing_host_the_baseline_against_its_twin_wins_plainly(
     StudyRunner(Harness(spec, space, measure), store).run()
     result = Confirmer(spec, space, store, measure).run(top=1, rounds=3)
     assert result["baseline"] == 0 and set(result["candidates"]) == {"0", "1"}
-    # Round 2 ran the baseline fast and its twin slow: the twin missed 1.2x the baseline
-    # there, and holds over the rounds (median); the baseline, against itself, always.
+    # Round 2 ran the baseline fast and its twin 40% slower: a round that pairs nothing. It
+    # is left out as degraded and made again, both slow; the twin then holds in every round.
+    (out,) = result["degraded_rounds"]
+    assert (out["round"], out["trial"]) == (1, 1) and out["ratio"] == pytest.approx(0.6, abs=0.01)
+    assert result["run_rounds"] == 4 and result["rounds"] == 3
     twin_ttft = result["candidates"]["1"]["slos"]["p99_ttft_ms"]
-    assert max(twin_ttft["ratios"]) > 1.0 and twin_ttft["median"] <= 1.0
+    assert max(twin_ttft["ratios"]) <= 1.0
     for c in result["candidates"].values():
         assert c["holds"], c
     assert result["winner"] == 0
-    assert result["gain"]["verdict"].startswith("no config measured better than your defaults")
+    # Its twin is no more than 5% from it over the rounds that pair: said plainly.
+    assert result["gain"]["verdict"].startswith(
+        "no config is more than 5% better than your defaults; best candidate trial 1"
+    )
     assert store.study_facts(spec.study).confirmed_winner == 0
 
 
@@ -481,3 +487,27 @@ def test_a_degraded_run_is_made_again_and_both_are_kept(
     assert redo == {"round": 4, "trial": 0, "value": 550.0, "again": 1005.0}
     assert result["candidates"]["0"]["values"][4] == 1005.0  # the remake counts
     assert sum(f.name.endswith("-again") for f in measure.folders) == 1  # both on disk
+
+
+def test_a_degraded_first_round_is_left_out_and_made_again(
+    make_spec, space: SearchSpace, tmp_path: Path
+) -> None:
+    store, spec = noisy_study(make_spec, space, 0, tmp_path)
+    # 64 is 30% faster than the defaults, but its engine ran at half that through round 1,
+    # which no round before it could show.
+    rates = {128: [1000.0, 1010.0, 990.0, 1000.0, 1005.0], 64: [650.0, 1300.0, 1290.0, 1310.0,
+             1305.0], 16: [1.0] * 9}  # fmt: skip
+    measure = ScriptedRates(rates)
+    result = Confirmer(spec, space, store, measure).run(top=1, rounds=4)
+    (out,) = result["degraded_rounds"]
+    assert (out["round"], out["trial"], out["values"]) == (0, 1, {1: 650.0, 0: 1000.0})
+    assert result["candidates"]["1"]["values"] == [1300.0, 1290.0, 1310.0]  # round 1 left out
+    assert result["ended"] == "gain" and result["winner"] == 1
+    assert (result["rounds"], result["run_rounds"]) == (3, 4)
+    assert (
+        "round 1 left out as degraded and made again: trial 1 measured 0.65x"
+        in (result["gain"]["verdict"])
+    )
+    assert len(measure.folders) == 8  # the left-out round's runs were made, and stay listed
+    stored = store.study_facts(spec.study).confirm
+    assert stored is not None and stored["degraded_rounds"][0]["round"] == 0

@@ -11,6 +11,7 @@ import pytest
 
 from autotune.bench import degraded, outlying, t_quantile
 from autotune.study._sequential import look, per_look_level
+from autotune.study._verdict import ConfirmRun, departing_round
 
 
 def first_decision(true_gain: float, sd: float, rounds: int, rng: random.Random, naive: bool):
@@ -85,3 +86,39 @@ def test_the_batches_a_host_hiccup_spoiled_are_found_once_the_run_is_over() -> N
     # More than a quarter departing is the config's own spread, shown as measured.
     assert outlying([1000.0, 1010.0, 990.0, 1005.0, 995.0, 400.0, 420.0]) == []
     assert outlying([1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0, 998.0, 400.0]) == [7]
+
+
+def paired_rounds(logs: list[float]) -> list[ConfirmRun]:
+    """A step's runs: trial 1's log ratio to the baseline (trial 0) in each round."""
+    runs = []
+    for k, x in enumerate(logs):
+        runs.append(ConfirmRun(k, 0, "ok", 1000.0, 1.0))
+        runs.append(ConfirmRun(k, 1, "ok", 1000 * math.exp(x), 1.0))
+    return runs
+
+
+def flagged_first(logs: list[float]) -> bool | None:
+    """At the looks after rounds 3.. of `logs`, the first round `departing_round` flags:
+    True if it is round 0, False if another, None if none."""
+    for n in range(3, len(logs) + 1):
+        out = departing_round(paired_rounds(logs[:n]), [1, 0], 0)
+        if out is not None:
+            return out.round == 0
+    return None
+
+
+def test_a_degraded_round_is_found_and_a_noisy_one_is_not() -> None:
+    rng = random.Random(7)
+    # Paired noise of a round in turns on this host (sd of log ratio 0.064): a null step of
+    # up to 8 rounds flags no round.
+    null = [flagged_first([rng.gauss(0, 0.064) for _ in range(8)]) for _ in range(400)]
+    assert null.count(None) >= 398
+    # A first round whose candidate engine ran at half speed (the cbff843 demo's round 1) is
+    # found at the first look, though no round came before it.
+    half = [flagged_first([-0.69 + rng.gauss(0, 0.064)] + [rng.gauss(0, 0.064) for _ in range(2)])
+            for _ in range(400)]  # fmt: skip
+    assert half.count(True) >= 380
+    # One engine after the other beside other work (0.16): a false flag costs a round, not a
+    # verdict; at most about 1 step in 15.
+    noisy = [flagged_first([rng.gauss(0, 0.16) for _ in range(6)]) for _ in range(400)]
+    assert noisy.count(None) >= 370
