@@ -10,6 +10,7 @@ other prompts, until
 - each SLO metric's 90% interval lies wholly on one side of its bound (the run has decided
   it: clearly within, clearly over) or within +-`slo` of the value (it sits at the bound, and
   more requests no longer move the answer much);
+- and at least `MIN_PRECISE_BATCHES` batches are in;
 
 or until `max_batches` batches or `max_s` measured seconds, whichever comes first. What ended
 it is kept with the trial (`TrialFacts.sized`).
@@ -56,6 +57,12 @@ class Precision(BaseModel):
     max_s: Seconds = Field(default=240.0, description="Measured seconds per run, at most")
 
 
+# A run is called precise on at least this many batches of the workload: the rate's interval
+# is made of half-second windows, and those of one batch move together (the host's speed
+# swings over seconds), so two batches that happen to agree are one sample twice, not eight.
+MIN_PRECISE_BATCHES = 3
+
+
 def sized(
     runs: Sequence[Sequence[RequestRecord]],
     slos: Mapping[str, float],
@@ -64,13 +71,14 @@ def sized(
     left_out: Sequence[Sequence[RequestRecord]] = (),
 ) -> str | None:
     """Why the run of `runs` (its batches so far) may end, or None while it must go on.
+    `min_batches`: the fewest batches (`--repeats`), never fewer than `MIN_PRECISE_BATCHES`.
     `left_out`: batches measured but not judged (`outlying`), which count toward the caps."""
     seconds = sum(batch_seconds(batch) for batch in [*runs, *left_out])
     if len(runs) + len(left_out) >= precision.max_batches:
         return f"cap: {len(runs) + len(left_out)} batches ({_rate_text(runs)})"
     if seconds >= precision.max_s:
         return f"cap: {seconds:.0f} s measured ({_rate_text(runs)})"
-    if len(runs) < min_batches:
+    if len(runs) < max(min_batches, MIN_PRECISE_BATCHES):
         return None
     good = [r for batch in runs for r in batch if r.ok]
     for name in slos:

@@ -7,6 +7,7 @@ import random
 
 from autotune.bench import RequestRecord, pooled_summary, with_intervals
 from autotune.bench._intervals import quantile_interval, wilson
+from autotune.bench._precision import Precision, sized
 
 
 def closed_loop(n: int, slots: int, seed: int) -> list[RequestRecord]:
@@ -59,3 +60,14 @@ def test_wilson_bounds_a_proportion() -> None:
     lo, hi = wilson(32, 64)
     assert lo < 0.5 < hi
     assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_two_batches_that_agree_are_not_yet_a_precise_run() -> None:
+    # Two batches whose half-second windows agree to +-1% would pass any width: they are still
+    # two samples of the host's speed, so the run goes on to a third.
+    runs = [closed_loop(120, 8, seed) for seed in (1, 2, 3)]
+    loose = Precision(throughput=0.5, slo=1.0)
+    assert sized(runs[:1], {}, loose) is None
+    assert sized(runs[:2], {}, loose) is None
+    assert (sized(runs, {}, loose) or "").startswith("precise: 3 batches")
+    assert sized(runs, {}, loose, min_batches=4) is None  # --repeats 4: the fewest
