@@ -106,6 +106,8 @@ def test_real_runs_in_turns_go_on_until_their_p90_has_its_requests(
     assert turns.batches == [span[2] for span in spans]
     held = [list(run) for _, run in itertools.groupby(spans, key=lambda span: span[2])]
     assert len(held) >= 2, spans
-    for run in held:
+    # The last run of batches may be one engine's alone: the other ended first (a cap) and it
+    # hands over to nobody.
+    for run in held[:-1]:
         assert sum(e - b for b, e, _, kept in run[:-1] if kept) < turns.turn_s, run
     assert sum(m.engine.quiet_wait_s or 0 for m in measured if m) > 0
