@@ -14,6 +14,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from autotune.answer.repeats import compared
 from autotune.answer.selection import (
     answers_otherwise,
     baseline,
@@ -323,12 +324,21 @@ def model_error_line(records: Sequence[TrialRecord]) -> str:
     return head + ", ".join(parts)
 
 
+def feasible_front(records: Sequence[TrialRecord], facts: StudyFacts) -> list[TrialRecord]:
+    """The feasible Pareto front as export and the confirm step judge it: a config's runs
+    merged (`compared`), so a config read feasible once and past a bound when measured again
+    is not on it. Empty: `tune` exits 3 (nothing met the constraints)."""
+    return pareto_front(compared(records), study_objectives(facts))
+
+
 def print_infeasible(
     console: Console, study: str, records: Sequence[TrialRecord], facts: StudyFacts
 ) -> bool:
     """When no measured trial meets every constraint: the closest one, by how much it misses
-    each, and what to try. False when the study has a feasible trial (nothing printed)."""
-    if pareto_front(records, study_objectives(facts)):
+    each, and what to try. False when the study has a feasible trial (nothing printed).
+    Trials are judged as export judges them (`compared`: a config's runs merged)."""
+    records = compared(records)
+    if feasible_front(records, facts):
         return False
     near = closest(records)
     if near is None:

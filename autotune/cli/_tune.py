@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.answer.selection import pareto_front, study_objectives
 from autotune.bench import thin_percentiles
 from autotune.cli._baseline import read_baseline, with_baseline
 from autotune.cli._common import (
@@ -24,7 +23,7 @@ from autotune.cli._common import (
 )
 from autotune.cli._confirm import run_confirm
 from autotune.cli._progress import event_printer, print_summary
-from autotune.cli._render import print_front, print_infeasible
+from autotune.cli._render import feasible_front, print_front, print_infeasible
 from autotune.cli._running import check_runnable, sigterm_as_interrupt
 from autotune.cli._tune_flags import parse_parallel, tune_overrides
 from autotune.devices import DevicePool, format_device_list
@@ -295,7 +294,7 @@ def run_tune(spec: TuneSpec, join: bool = False) -> None:
         result = runner.run()
     print_summary(console, result)
     records, facts = store.trials(spec.study), store.study_facts(spec.study)
-    feasible = bool(pareto_front(records, study_objectives(facts)))
+    feasible = bool(feasible_front(records, facts))
     # The front is printed once, last: after the confirm step, with its winner marked and its
     # table (`show` prints the same).
     try:

@@ -3,17 +3,21 @@ goes to the config farthest inside its SLO bounds (autotune.answer.selection.wit
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
+from rich.console import Console
 from support import Ran
 from typer.testing import CliRunner
 
 from autotune import store as keys
+from autotune.answer.selection import pareto_front, study_objectives
 from autotune.cli import app
+from autotune.cli._render import feasible_front, print_infeasible
 from autotune.store import StudyStore
 
 STUDY = "ties"
@@ -155,3 +159,21 @@ def test_with_nothing_feasible_each_command_names_what_it_can_do(tmp_path: Path)
     assert profiled.exit_code == 3
     assert profiled.stderr.strip().endswith(": profile it with --trial 1")
     assert "allow-infeasible" not in profiled.stderr
+
+
+def test_a_config_feasible_once_and_past_its_bound_when_measured_again_is_not_feasible(
+    tmp_path: Path,
+) -> None:
+    # The demo at d5ec751: max_num_seqs 16 met both bounds, then its re-measure missed one;
+    # `tune` exited 0 (its front took each run alone) and the demo's export then failed with 3.
+    stored_study(tmp_path, [(128, 900.0, 60.0), (16, 1000.0, 40.0), (16, 950.0, 70.0)])
+    store = StudyStore(f"sqlite:///{tmp_path / STUDY / 'study.db'}")
+    records, facts = store.trials(STUDY), store.study_facts(STUDY)
+    assert [t.number for t in pareto_front(records, study_objectives(facts))] == [1]  # alone
+    assert feasible_front(records, facts) == []  # merged: 55 ms on average, over 50
+    console = Console(width=200, record=True, file=io.StringIO())
+    assert print_infeasible(console, STUDY, records, facts)
+    assert "export it anyway: autotune export ties --allow-infeasible" in console.export_text()
+    store.write_study_facts(STUDY, spec={"study": STUDY, "model": str(tmp_path / "m")})
+    exported = CliRunner().invoke(app, ["export", STUDY, "--root", str(tmp_path), "-o", "x.yaml"])
+    assert exported.exit_code == 3  # as `tune` now exits
