@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from autotune.answer.repeats import Noise
+from autotune.answer.repeats import Noise, compared
 from autotune.store import StudyFacts, TrialRecord
 from autotune.vocab.numbers import readable
 from autotune.vocab.objectives import DEFAULT_OBJECTIVES
@@ -84,6 +84,13 @@ def pareto_front(
         )
     ]
     return sorted(front, key=lambda t: -t.metric("output_throughput"))
+
+
+def feasible_front(trials: Sequence[TrialRecord], facts: StudyFacts) -> list[TrialRecord]:
+    """The feasible Pareto front as export and the confirm step judge it: a config's runs
+    merged (`repeats.compared`), so a config read feasible once and past a bound when measured
+    again is not on it. Empty: `tune` exits 3 (nothing met the constraints)."""
+    return pareto_front(compared(trials), study_objectives(facts))
 
 
 def normal_equivalent(z: float, df: int) -> float:

@@ -324,13 +324,6 @@ def model_error_line(records: Sequence[TrialRecord]) -> str:
     return head + ", ".join(parts)
 
 
-def feasible_front(records: Sequence[TrialRecord], facts: StudyFacts) -> list[TrialRecord]:
-    """The feasible Pareto front as export and the confirm step judge it: a config's runs
-    merged (`compared`), so a config read feasible once and past a bound when measured again
-    is not on it. Empty: `tune` exits 3 (nothing met the constraints)."""
-    return pareto_front(compared(records), study_objectives(facts))
-
-
 def print_infeasible(
     console: Console, study: str, records: Sequence[TrialRecord], facts: StudyFacts
 ) -> bool:
@@ -338,7 +331,7 @@ def print_infeasible(
     each, and what to try. False when the study has a feasible trial (nothing printed).
     Trials are judged as export judges them (`compared`: a config's runs merged)."""
     records = compared(records)
-    if feasible_front(records, facts):
+    if pareto_front(records, study_objectives(facts)):
         return False
     near = closest(records)
     if near is None:

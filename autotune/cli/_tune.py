@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from autotune.answer.selection import feasible_front
 from autotune.bench import thin_percentiles
 from autotune.cli._baseline import read_baseline, with_baseline
 from autotune.cli._common import (
@@ -23,7 +24,7 @@ from autotune.cli._common import (
 )
 from autotune.cli._confirm import run_confirm
 from autotune.cli._progress import event_printer, print_summary
-from autotune.cli._render import feasible_front, print_front, print_infeasible
+from autotune.cli._render import print_front, print_infeasible
 from autotune.cli._running import check_runnable, sigterm_as_interrupt
 from autotune.cli._tune_flags import parse_parallel, tune_overrides
 from autotune.devices import DevicePool, format_device_list

@@ -202,16 +202,22 @@ def paired_gains(
     runs: Sequence[ConfirmRun], candidate: int, base: int, direction: str
 ) -> list[float]:
     """The candidate's gain over the baseline in each round both ran (better = positive)."""
+    ratios = paired_ratios(runs, candidate, base).values()
+    return [r - 1 if direction == "maximize" else 1 / r - 1 for r in ratios]
+
+
+def paired_ratios(runs: Sequence[ConfirmRun], candidate: int, base: int) -> dict[int, float]:
+    """Round -> the candidate's primary value over the baseline's, in each round both ran
+    with a positive value, in the order of `runs`."""
     by_round: dict[int, dict[int, float | None]] = {}
     for r in runs:
         by_round.setdefault(r.round, {})[r.trial] = r.value
-    paired = []
-    for values in by_round.values():
-        w, b = values.get(candidate), values.get(base)
-        if w is None or b is None or w <= 0 or b <= 0:
-            continue
-        paired.append(w / b - 1 if direction == "maximize" else b / w - 1)
-    return paired
+    return {
+        k: w / b
+        for k, v in by_round.items()
+        if (w := v.get(candidate)) is not None and (b := v.get(base)) is not None
+        and w > 0 and b > 0
+    }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -232,19 +238,11 @@ def departing_round(
     as `degraded` judges it (`ROUND_FLOOR`, from two other rounds on): an engine that ran at
     a fraction of its speed through a round, or a baseline that did. The furthest one if
     several do; None if none does."""
-    by_round: dict[int, dict[int, float | None]] = {}
-    for r in runs:
-        by_round.setdefault(r.round, {})[r.trial] = r.value
     found: list[tuple[float, Departure]] = []
     for number in candidates:
         if number == base:
             continue
-        ratios = {
-            k: w / b
-            for k, v in by_round.items()
-            if (w := v.get(number)) is not None and (b := v.get(base)) is not None
-            and w > 0 and b > 0
-        }  # fmt: skip
+        ratios = paired_ratios(runs, number, base)
         for k, ratio in ratios.items():
             others = [x for j, x in ratios.items() if j != k]
             if degraded([*others, ratio], floor=ROUND_FLOOR, least=2):

@@ -15,9 +15,9 @@ from support import Ran
 from typer.testing import CliRunner
 
 from autotune import store as keys
-from autotune.answer.selection import pareto_front, study_objectives
+from autotune.answer.selection import feasible_front, pareto_front, study_objectives
 from autotune.cli import app
-from autotune.cli._render import feasible_front, print_infeasible
+from autotune.cli._render import print_infeasible
 from autotune.store import StudyStore
 
 STUDY = "ties"
