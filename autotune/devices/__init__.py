@@ -25,7 +25,7 @@ from autotune.devices._hostlock import HostHold, hold_host
 from autotune.devices._inventory import Device, DeviceError, Inventory
 from autotune.devices._lanes import plan_lanes
 from autotune.devices._memory import device_memory, gpu_compute_capability
-from autotune.devices._numa import format_cpulist, parse_cpulist
+from autotune.devices._numa import binding_problem, format_cpulist, parse_cpulist
 from autotune.devices._nvidia import (
     NVIDIA_APPS_QUERY,
     NVIDIA_COMPUTE_CAP_QUERY,
@@ -87,6 +87,7 @@ __all__ = [
     "SmiParseError",
     "ToolRunner",
     "Topology",
+    "binding_problem",
     "cpu_flags",
     "cpu_memory",
     "describe_host",

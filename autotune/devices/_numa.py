@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 _NODE_DIR = re.compile(r"^node(\d+)$")
@@ -123,3 +123,40 @@ def _read(path: Path) -> str | None:
         return path.read_text()
     except OSError:
         return None
+
+
+# vLLM's automatic CPU binding (`VLLM_CPU_OMP_THREADS_BIND=auto`, its default; vLLM 0.32
+# `vllm/utils/ompmultiprocessing.py: _get_autobind_cpu_ids`) gives a TP-1 worker the allowed
+# CPUs of the first allowed NUMA node, one per physical core on x86, and keeps the last of them
+# for the engine's own process. With one core it logs "Selected CPU core number (1) should be
+# greater than reserved CPU core number (1)" and reserves none. Measured on a 2-core AMD EPYC
+# (2026-12-07, the demo's workload through `autotune bench`, runs 2-5 of 5 on each engine,
+# engines alternated, nothing else running): two engines started under `taskset -c 1` served
+# 1,442-1,799 output tok/s (medians 1,545 and 1,640), two with both cores 1,522-2,134 (1,935 and
+# 1,645); a load client pinned beside such an engine made it slower still (805-1,634 tok/s).
+_RESERVED_KEYS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
+
+
+def binding_problem(root: Path = Path("/"), environ: Mapping[str, str] | None = None) -> str | None:
+    """Why vLLM's automatic binding would leave a CPU engine started from this process no
+    reserved core (this process's affinity holds one physical core of its first NUMA node);
+    None when it reserves one, or the user binds or reserves cores themselves."""
+    env = os.environ if environ is None else environ
+    if env.get(_RESERVED_KEYS[0], "auto") != "auto" or _RESERVED_KEYS[1] in env:
+        return None
+    allowed = allowed_cpus(root)
+    nodes = numa_cpus(root) or {0: online_cpus(root)}
+    usable = [
+        (node, [cpu for cpu in cpus if allowed is None or cpu in allowed])
+        for node, cpus in nodes.items()
+    ]
+    first = next(((node, cpus) for node, cpus in usable if cpus), None)
+    if first is None or len(core_groups(first[1], root)) > 1:
+        return None  # no CPU at all is discovery's error to report
+    node, cpus = first
+    return (
+        f"this process may run on one physical core of NUMA node {node} (CPUs "
+        f"{format_cpulist(cpus)}): vLLM's CPU worker takes it and reserves none for the "
+        "engine's own process, so trials measure a slower engine than `vllm serve` given two "
+        "cores runs"
+    )

@@ -5,6 +5,8 @@
 - plugin: this package's vLLM general plugin (AMX permission in every engine process).
 - platform: NPUs (npu-smi), else GPUs (nvidia-smi), else the CPU: cores, NUMA nodes, memory.
 - cpu isa: on CPU, AVX-512 and AMX (without either an FP8 KV cache cannot run: `tune` drops it).
+- cpu binding: on CPU, this process may use two physical cores or more, so that vLLM's automatic
+  binding keeps one for the engine's own process (`tune` warns as well).
 - ports: a free loopback port can be bound (every engine listens on one).
 - storage: `--storage` reachable (`SELECT 1`) and, for SQLite, writable; nothing is written.
 - model: config.json, the tokenizer, and the weights against the device's free memory.
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from autotune.devices import cpu_flags
 from autotune.doctor._host import (
+    binding_check,
     isa_check,
     platform_check,
     plugin_check,
@@ -48,7 +51,7 @@ def run_checks(
     kind = inventory.platform if inventory else Platform.CPU
     checks = [python_check(), vllm_check(kind), plugin_check(flags), devices]
     if kind == Platform.CPU:
-        checks.append(isa_check(flags))
+        checks += [isa_check(flags), binding_check(host.root)]
     checks += [ports_check(host.loopback), storage_check(storage, root)]
     if model is not None:
         checks.append(model_check(model, inventory, host))

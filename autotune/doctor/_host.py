@@ -1,15 +1,18 @@
-"""The host's checks: Python, vLLM and the plugin, the devices, the CPU's ISA, loopback ports."""
+"""The host's checks: Python, vLLM and the plugin, the devices, the CPU's ISA and binding,
+loopback ports."""
 
 from __future__ import annotations
 
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
 
 from autotune.devices import (
     DeviceError,
     Inventory,
     ToolRunner,
+    binding_problem,
     discover,
     nvidia_reader,
     parse_cpulist,
@@ -132,6 +135,17 @@ def isa_check(flags: frozenset[str] | None) -> Check:
     problem = host_problem(Platform.CPU, {"kv_cache_dtype": "fp8"}, HostFacts(cpu_flags=flags))
     meaning = f"{problem}; tune drops it from the space" if problem else "FP8 KV cache can run"
     return Check("cpu isa", "ok", f"{found}: {meaning}")
+
+
+def binding_check(root: Path) -> Check:
+    """On CPU: whether vLLM's automatic binding keeps a core for the engine's own process."""
+    problem = binding_problem(root)
+    if problem is None:
+        return Check("cpu binding", "ok", "vLLM can bind its worker and reserve a core")
+    fix = (
+        "start the tuner with two cores or more (taskset, cpuset), or set VLLM_CPU_OMP_THREADS_BIND"
+    )
+    return Check("cpu binding", "warn", problem, fix)
 
 
 def ports_check(host: str) -> Check:

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +37,7 @@ from autotune.devices import (
     DeviceMemory,
     DevicePool,
     Lease,
+    binding_problem,
     device_memory,
     hold_host,
     plan_lanes,
@@ -277,6 +279,12 @@ def _check_fits(spec: TuneSpec, in_space: Any, requests: list[RequestSpec]) -> N
         )
 
 
+def _warn_binding(spec: TuneSpec) -> None:
+    """One warning line where vLLM's own binding would give each engine no reserved core."""
+    if (problem := binding_problem(environ={**os.environ, **spec.engine.env})) is not None:
+        logger.warning("%s (`autotune doctor`)", problem)
+
+
 def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None) -> Harness:
     """The harness of `spec` on this machine. `lanes=False`: one trial at a time on the host
     as a whole (no device pool; the confirm step and profiles). Raises SpecError when the
@@ -293,6 +301,8 @@ def build_harness(spec: TuneSpec, *, lanes: bool = True, host: str | None = None
     # vLLM's batch defaults depend on the device it runs on: the pool's (the devices the user
     # selected, as read once for the pool), else the host's.
     facts = read_host_facts(space.platform, devices=pool.devices if pool is not None else None)
+    if space.platform == Platform.CPU and pool is None:  # vLLM binds each engine itself
+        _warn_binding(spec)
     space, baseline_note = on_this_host(space, facts, spec.scenario, dict(spec.engine.options))
     space, model = for_this_model(space, spec)
     if spec.baseline:  # trial 0 is what the user runs today (`--baseline`), not vLLM's defaults

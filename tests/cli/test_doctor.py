@@ -5,6 +5,7 @@ real process on this host."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import stat
@@ -65,7 +66,8 @@ def test_cpu_host_without_avx512_or_amx(cpu_root: Path, tmp_path: Path) -> None:
     checks = run_checks(None, None, tmp_path / "studies", inputs(cpu_root, tmp_path))
     names = [c.name for c in checks]
     assert names == [
-        "python", "vllm", "plugin", "platform", "cpu isa", "ports", "storage", "engines", "shm",
+        "python", "vllm", "plugin", "platform", "cpu isa", "cpu binding", "ports", "storage",
+        "engines", "shm",
     ]  # fmt: skip
     platform = check(checks, "platform")
     assert platform.status == "ok"
@@ -84,6 +86,35 @@ def test_cpu_host_with_avx512(cpu_root: Path, tmp_path: Path) -> None:
     checks = run_checks(None, None, tmp_path, inputs(cpu_root, tmp_path))
     isa = check(checks, "cpu isa")
     assert isa.detail == "avx512f yes, amx_tile no: FP8 KV cache can run"
+
+
+def test_a_tuner_pinned_to_one_core_is_warned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    root = fake_host(tmp_path / "host", {0: "0-1"}, allowed="1")
+    binding = check(run_checks(None, None, tmp_path, inputs(root, tmp_path)), "cpu binding")
+    assert binding.status == "warn"
+    assert "one physical core of NUMA node 0 (CPUs 1)" in binding.detail
+    assert "taskset" in binding.fix
+
+
+def test_doctor_run_under_taskset_names_the_core_it_was_given(tmp_path: Path) -> None:
+    """The CLI, started with one CPU allowed as `taskset -c N` would: one warning line."""
+    if any(shutil.which(tool) for tool in ("nvidia-smi", "npu-smi")):
+        pytest.skip("a GPU or NPU host: the binding is a CPU host's matter")
+    cpu = min(os.sched_getaffinity(0))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_CPU_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", "doctor", "--root", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=120,
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if " cpu binding " in f" {line}"]
+    assert len(lines) == 1, done.stdout + done.stderr
+    assert lines[0].startswith("warn  cpu binding this process may run on one physical core")
+    assert f"(CPUs {cpu})" in lines[0]
 
 
 def test_stand_in_nvidia_smi_makes_a_cuda_host(cpu_root: Path, tmp_path: Path) -> None:
@@ -428,12 +459,13 @@ def test_cli_healthy_host_exits_0(tiny_model: Path, tmp_path: Path) -> None:
         "plugin",
         "platform",
         "cpu",
+        "cpu",
         "ports",
         "storage",
         "model",
         "engines",
         "shm",
-    ]  # fmt: skip  (on a host with a GPU or NPU there is no `cpu isa` line)
+    ]  # fmt: skip  (on a host with a GPU or NPU no `cpu isa` nor `cpu binding` line)
     assert not any(line.startswith("FAIL") for line in out)
     assert any(line.startswith(f"ok    model {tiny_model}: config.json") for line in out)
 

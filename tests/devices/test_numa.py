@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from autotune.devices import format_cpulist, parse_cpulist
-from autotune.devices._numa import allowed_cpus, core_groups, node_of, numa_cpus, online_cpus
+from autotune.devices._numa import (
+    allowed_cpus,
+    binding_problem,
+    core_groups,
+    node_of,
+    numa_cpus,
+    online_cpus,
+)
 from devices.fake_host import fake_host
 
 
@@ -58,3 +65,34 @@ def test_without_sysfs_nothing_is_invented(tmp_path: Path) -> None:
     (tmp_path / "sys/devices/system/cpu").mkdir(parents=True)
     (tmp_path / "sys/devices/system/cpu/online").write_text("0-15\n")
     assert online_cpus(tmp_path) == list(range(16))
+
+
+def test_one_allowed_core_leaves_vllms_binding_no_reserved_core(tmp_path: Path) -> None:
+    # Made up: a 2-core node, this process pinned to CPU 1 (as under `taskset -c 1`).
+    root = fake_host(tmp_path, {0: "0-1"}, allowed="1")
+    problem = binding_problem(root, environ={})
+    assert problem is not None
+    assert "one physical core of NUMA node 0 (CPUs 1)" in problem
+    assert "reserves none" in problem
+    # The user binds or reserves cores themselves: vLLM's automatic binding is not used.
+    assert binding_problem(root, environ={"VLLM_CPU_OMP_THREADS_BIND": "1"}) is None
+    assert binding_problem(root, environ={"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}) is None
+    assert binding_problem(root, environ={"VLLM_CPU_OMP_THREADS_BIND": "auto"}) is not None
+
+
+def test_two_allowed_cores_keep_one_reserved(tmp_path: Path) -> None:
+    assert binding_problem(fake_host(tmp_path, {0: "0-1"}, allowed="0-1"), environ={}) is None
+
+
+def test_two_threads_of_one_core_are_one_core(tmp_path: Path) -> None:
+    # Made up: a "2 vCPU" cloud host: one physical core with SMT 2. vLLM binds one thread a core.
+    root = fake_host(tmp_path, {0: "0-1"}, siblings={0: "0-1", 1: "0-1"}, allowed="0-1")
+    problem = binding_problem(root, environ={})
+    assert problem is not None and "(CPUs 0-1)" in problem
+
+
+def test_the_first_node_with_allowed_cpus_is_the_one_bound(tmp_path: Path) -> None:
+    # Made up: two 2-core nodes; this process may use CPU 1 of node 0 and both of node 1.
+    root = fake_host(tmp_path, {0: "0-1", 1: "2-3"}, allowed="1-3")
+    problem = binding_problem(root, environ={})
+    assert problem is not None and "NUMA node 0 (CPUs 1)" in problem
