@@ -130,10 +130,12 @@ def _read(path: Path) -> str | None:
 # CPUs of the first allowed NUMA node, one per physical core on x86, and keeps the last of them
 # for the engine's own process. With one core it logs "Selected CPU core number (1) should be
 # greater than reserved CPU core number (1)" and reserves none. Measured on a 2-core AMD EPYC
-# (2026-12-07, the demo's workload through `autotune bench`, runs 2-5 of 5 on each engine,
-# engines alternated, nothing else running): two engines started under `taskset -c 1` served
-# 1,442-1,799 output tok/s (medians 1,545 and 1,640), two with both cores 1,522-2,134 (1,935 and
-# 1,645); a load client pinned beside such an engine made it slower still (805-1,634 tok/s).
+# (2026-12-07, nothing else running, engines alternated): `[taskset -c 1] python -m
+# vllm.entrypoints.openai.api_server --model TINY --max-model-len 1024`, then 5 runs of
+# `autotune bench --workload random:input=256,output=64,prompts=64 --concurrency 32`; runs
+# 2-5 of two engines under taskset served 1,442-1,799 output tok/s (medians 1,545 and 1,640),
+# of two with both cores 1,522-2,134 (1,935 and 1,645). A load client pinned beside such an
+# engine made it slower still (805-1,634 tok/s on a 2-core Xeon).
 _RESERVED_KEYS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
 
 
