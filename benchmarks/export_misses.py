@@ -2,6 +2,7 @@
 
     python benchmarks/export_misses.py --landscape qwen14b-910b-slo --noise-profile cpu-2core \
         --trials 15 --seeds 10 [--method gp-screen] [--jobs 2]
+    python benchmarks/export_misses.py --landscape qwen14b-910b-slo --headroom
 
 Runs the search as `search_efficiency.py --landscape` does (benchmarks/sim, the real
 `StudyRunner` on a simulated engine), and after the last trial takes the config `autotune
@@ -18,6 +19,11 @@ profile's. The last lines count the misses by cause:
 - `lucky runs`: neither; the pick's runs measured it inside the bound by more than the margin
   while its truth is past it (what choosing the best of many noisy configs selects).
 
+With `--headroom`, it prints instead how much of the optimum a config keeps where every SLO
+must hold with 2.5, 5, 10 and 15% to spare in the truth (`sim.truth.optimum` on the landscape
+with its bounds tightened): the room any selection rule has. At a per-run sd of s, holding a
+one-sided 90% margin on a config h inside its bound takes (1.28 s / h)^2 runs of it.
+
 A simulator ranks ideas; it does not validate them (the brief): this says what a search on the
 profile's noise does, not what the real engine does.
 """
@@ -25,6 +31,7 @@ profile's noise does, not what the real engine does.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 from collections.abc import Sequence
@@ -35,7 +42,7 @@ import optuna
 from sim import tuning
 from sim.landscapes import LANDSCAPES
 from sim.noise import PROFILES
-from sim.truth import Truth
+from sim.truth import Truth, optimum
 from sim.tuning import METHODS, run_method
 
 from autotune.answer.export import choose_export, slo_noise
@@ -93,6 +100,22 @@ def trace(name: str, profile: str, trials: int, seed: int, method: str) -> dict[
     return {**out, "how": chosen["how"], "trial": pick.number, "slos": slos}
 
 
+def headroom(
+    name: str, spares: Sequence[float] = (0.0, 0.025, 0.05, 0.10, 0.15), samples: int = 200
+) -> list[str]:
+    """One line per share to spare: the best config whose every SLO holds with it (truth)."""
+    land, lines, best = LANDSCAPES[name], [], None
+    for spare in spares:
+        tight = dataclasses.replace(land, slos={k: v * (1 - spare) for k, v in land.slos.items()})
+        params, score = optimum(tight, Truth(tight), samples=samples)
+        best = score if best is None else best
+        share = score / best if best else 0.0
+        lines.append(
+            f"{name}: {spare:.1%} to spare: {score:.1f} ({share:.1%} of the optimum) {params}"
+        )
+    return lines
+
+
 def cause(row: dict[str, Any]) -> str | None:
     """Why a seed's deployed config misses (None where it does not)."""
     if not row["misses"]:
@@ -116,12 +139,17 @@ def _one(job: tuple[str, str, int, int, str]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--landscape", required=True, choices=sorted(LANDSCAPES))
-    parser.add_argument("--noise-profile", required=True, choices=sorted(PROFILES))
+    parser.add_argument("--noise-profile", default="cpu-2core", choices=sorted(PROFILES))
     parser.add_argument("--method", default="gp-screen", choices=sorted(METHODS))
     parser.add_argument("--trials", type=int, default=15)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--headroom", action="store_true", help="the room for a margin only")
     args = parser.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    if args.headroom:
+        print("\n".join(headroom(args.landscape)))
+        return
     jobs = [
         (args.landscape, args.noise_profile, args.trials, seed, args.method)
         for seed in range(args.seeds)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from export_misses import cause, trace
+from export_misses import cause, headroom, trace
 
 WITHIN = (
     "pick max-throughput; within the noise measured of an SLO bound (0.8 sd, 78% sure, on 2 "
@@ -43,3 +43,13 @@ def test_a_seed_is_traced_against_the_truth() -> None:
     past = any(s["truth"] > s["bound"] for s in traced["slos"].values())
     assert traced["misses"] == past  # a miss is an SLO whose noise-free value is past its bound
     assert (traced["score"] == 0.0) == past
+
+
+def test_the_room_for_a_margin_shrinks_as_the_share_to_spare_grows() -> None:
+    # On the 910B no config keeps 10% to spare on its p99 TPOT bound. Shares are of the
+    # first line's optimum (a search of 40 random configs and a coordinate search).
+    lines = headroom("qwen14b-910b-slo", (0.0, 0.05, 0.10), samples=40)
+    shares = [float(line.split("(")[1].split("%")[0]) for line in lines]
+    assert shares[0] == 100.0
+    assert shares == sorted(shares, reverse=True)
+    assert shares[-1] == 0.0
