@@ -159,6 +159,6 @@ def binding_problem(root: Path = Path("/"), environ: Mapping[str, str] | None = 
     return (
         f"this process may run on one physical core of NUMA node {node} (CPUs "
         f"{format_cpulist(cpus)}): vLLM's CPU worker takes it and reserves none for the "
-        "engine's own process, so trials measure a slower engine than `vllm serve` given two "
-        "cores runs"
+        "engine's own process, so every trial measures an engine slower than `vllm serve` "
+        "with two cores would be"
     )

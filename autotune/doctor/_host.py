@@ -3,6 +3,7 @@ loopback ports."""
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from importlib import metadata
@@ -140,6 +141,9 @@ def isa_check(flags: frozenset[str] | None) -> Check:
 def binding_check(root: Path) -> Check:
     """On CPU: whether vLLM's automatic binding keeps a core for the engine's own process."""
     problem = binding_problem(root)
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    if problem is None and bind != "auto":
+        return Check("cpu binding", "ok", f"VLLM_CPU_OMP_THREADS_BIND={bind}: the user's")
     if problem is None:
         return Check("cpu binding", "ok", "vLLM can bind its worker and reserve a core")
     fix = (

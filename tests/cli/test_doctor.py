@@ -98,6 +98,9 @@ def test_a_tuner_pinned_to_one_core_is_warned(
     assert binding.status == "warn"
     assert "one physical core of NUMA node 0 (CPUs 1)" in binding.detail
     assert "taskset" in binding.fix
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "1")  # the user binds: vLLM's auto is off
+    binding = check(run_checks(None, None, tmp_path, inputs(root, tmp_path)), "cpu binding")
+    assert (binding.status, binding.detail) == ("ok", "VLLM_CPU_OMP_THREADS_BIND=1: the user's")
 
 
 def test_doctor_run_under_taskset_names_the_core_it_was_given(tmp_path: Path) -> None:
