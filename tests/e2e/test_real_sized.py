@@ -91,9 +91,12 @@ def test_real_runs_in_turns_go_on_until_their_p90_has_its_requests(
         # The steady window leaves each batch's drain out: its rate is the whole runs' or more.
         assert s.steady_s is not None and s.steady_s < s.duration_s
         assert s.output_throughput >= 0.95 * s.run_output_throughput
-        # In turns: every batch it sent (kept or voided) was in its turn.
+        # In turns: every batch it sent (kept or voided) was in its turn, one turn a batch but
+        # for a run voided by a stall of the tuner: it is made again at once, in the same turn
+        # (`Runner.run`; seen in a fresh-clone CI on a slower host).
         sent = [*(trial / "runs").glob("run-*.jsonl"), *(trial / "voided").glob("*.jsonl")]
-        assert m.engine.turns == len(sent)
+        stalled = sum(v.reason == "stall" for v in m.engine.voided or [])
+        assert m.engine.turns == len(sent) - stalled
         for path in sent:
             records = read_records(path)
             kept = path.parent.name == "runs"
