@@ -82,7 +82,7 @@ def study(seed: int, trials: int, noise: Noise) -> tuple[list[TrialRecord], dict
     loads: dict[int, float] = {}
     records: list[TrialRecord] = []
     while len(records) < trials:
-        again = target(records, OBJECTIVE, trials)
+        again = target(records, [OBJECTIVE], trials)
         if again is not None:
             config = int(again.params["config"])
         else:

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from autotune.answer.repeats import Noise, compared, noise
+from autotune.answer.repeats import Noise, compared
 from autotune.answer.selection import (
     MARGIN_Z,
     SelectionError,
@@ -24,13 +24,14 @@ from autotune.answer.selection import (
     misses,
     pareto_front,
     pick,
+    slo_noise,
     study_objectives,
 )
 from autotune.devices import hardware_line, serve_command
 from autotune.engine import config_file_mapping, env_file_text
 from autotune.store import StudyFacts, TrialRecord
 from autotune.vocab.numbers import interval_text, readable
-from autotune.vocab.slo import NOT_SLOS, slo_text
+from autotune.vocab.slo import slo_text
 
 CONFIRMED = "confirmed winner: alternating re-runs paired with the baseline"
 
@@ -97,12 +98,6 @@ def _confirm_missed(chosen: TrialRecord, facts: StudyFacts) -> str:
     if "finished" not in confirm or not isinstance(mine, dict) or mine.get("holds", True):
         return ""
     return "; BUT the confirm step measured it missing the SLOs over its rounds"
-
-
-def slo_noise(records: Sequence[TrialRecord]) -> dict[str, Noise]:
-    """The run-to-run noise of each SLO's metric, from the study's repeated runs."""
-    names = {n for t in records for n in t.constraints if n not in NOT_SLOS}
-    return noise(records, sorted(names))
 
 
 def margin_text(chosen: TrialRecord, measured: dict[str, Noise], relative: list[str]) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from autotune.answer.repeats import Noise, compared
+from autotune.answer.repeats import Noise, compared, noise
 from autotune.store import StudyFacts, TrialRecord
 from autotune.vocab.numbers import readable
 from autotune.vocab.objectives import DEFAULT_OBJECTIVES
@@ -129,6 +129,12 @@ def judged_slos(
         if name in relative and trial.role == "baseline":
             continue
         yield name, c
+
+
+def slo_noise(records: Sequence[TrialRecord]) -> dict[str, Noise]:
+    """The run-to-run noise of each SLO's metric, from the study's repeated runs."""
+    names = {n for t in records for n in t.constraints if n not in NOT_SLOS}
+    return noise(records, sorted(names))
 
 
 def clear_of_noise(

@@ -11,7 +11,7 @@ import pytest
 from autotune import store as keys
 from autotune.answer.export import choose_export, header_lines
 from autotune.answer.repeats import Noise, compared, noise
-from autotune.search._remeasure import EVERY, STARTUP, target
+from autotune.search._remeasure import EVERY, STARTUP, incumbent, target
 from autotune.store import StudyFacts, TrialRecord
 
 
@@ -88,22 +88,22 @@ OBJECTIVE = ("output_throughput", "maximize")
 
 
 def test_the_incumbent_runs_again_after_the_start_every_few_launches_and_last() -> None:
-    assert target(launched(STARTUP - 1), OBJECTIVE, budget=15) is None  # still starting
-    chosen = target(launched(STARTUP), OBJECTIVE, budget=15)
+    assert target(launched(STARTUP - 1), [OBJECTIVE], budget=15) is None  # still starting
+    chosen = target(launched(STARTUP), [OBJECTIVE], budget=15)
     assert chosen is not None and chosen.number == 2  # the first anchor: the incumbent
     again = run(STARTUP, 24, 150.0, 100.0 * STARTUP, role=keys.ROLE_REMEASURE)
     trials = [*launched(STARTUP), again]
-    assert target(trials, OBJECTIVE, budget=15) is None  # just re-measured
+    assert target(trials, [OBJECTIVE], budget=15) is None  # just re-measured
     later = [run(10 + k, 1000 + k, 90.0, 1000.0 + k) for k in range(EVERY)]
-    assert target([*trials, *later[:-1]], OBJECTIVE, budget=30) is None
-    chosen = target([*trials, *later], OBJECTIVE, budget=30)
+    assert target([*trials, *later[:-1]], [OBJECTIVE], budget=30) is None
+    chosen = target([*trials, *later], [OBJECTIVE], budget=30)
     assert chosen is not None and chosen.number == 2  # EVERY launches since the last anchor
     # The budget's last slot: an anchor after the latest trials (two or more since the last).
     last = [*trials, *later[:2]]
     assert len(last) == STARTUP + 3
-    chosen = target(last, OBJECTIVE, budget=len(last) + 1)
+    chosen = target(last, [OBJECTIVE], budget=len(last) + 1)
     assert chosen is not None and chosen.number == 2
-    assert target(last, OBJECTIVE, budget=len(last) + 2) is None
+    assert target(last, [OBJECTIVE], budget=len(last) + 2) is None
 
 
 def test_re_measures_take_at_most_a_quarter_of_the_budget() -> None:
@@ -111,8 +111,8 @@ def test_re_measures_take_at_most_a_quarter_of_the_budget() -> None:
     trials += [
         run(STARTUP + k, 1000 + k, 50.0, 1000.0 + k, role=keys.ROLE_REMEASURE) for k in range(2)
     ]
-    assert target(trials, OBJECTIVE, budget=8) is None  # 2 of 8 are re-measures already
-    assert target(launched(8), OBJECTIVE, budget=8) is None  # the budget is spent
+    assert target(trials, [OBJECTIVE], budget=8) is None  # 2 of 8 are re-measures already
+    assert target(launched(8), [OBJECTIVE], budget=8) is None  # the budget is spent
 
 
 def test_with_nothing_feasible_the_closest_config_is_the_anchor() -> None:
@@ -123,5 +123,34 @@ def test_with_nothing_feasible_the_closest_config_is_the_anchor() -> None:
         for k, over in enumerate([0.5, 0.3, 0.05, 0.4, 0.2])
     ]
     assert not any(t.feasible for t in trials)
-    chosen = target(trials, OBJECTIVE, budget=15)
+    chosen = target(trials, [OBJECTIVE], budget=15)
     assert chosen is not None and chosen.number == 2  # the least over its bound
+
+
+def test_the_config_export_would_deploy_runs_again_not_the_best_raw_mean() -> None:
+    """The best mean, measured once 2% inside its TPOT bound, is within the noise the study
+    measured; export deploys config 24, clear of it, so that is the one run again, and
+    again while it stays the pick: a lucky run or a noise read low is caught only on the
+    config that would be deployed."""
+
+    def slo(k: int, seqs: int, throughput: float, inside: float) -> TrialRecord:
+        return run(k, seqs, throughput, 100.0 * k, constraints={"p99_tpot_ms": -inside})
+
+    trials = [
+        slo(0, 8, 60.0, 0.30),
+        slo(1, 16, 150.0, 0.02),  # the best raw mean, at its bound
+        slo(2, 24, 100.0, 0.30),
+        slo(3, 8, 56.0, 0.30),  # config 8 again: the study's noise, 0.05 in the log
+        slo(4, 32, 80.0, 0.28),
+    ]
+    deployed, how = choose_export(trials, {"objectives": [{"metric": "output_throughput"}]})
+    assert deployed.number == 2 and deployed.runs == 1 and "hold by" in how
+    chosen = target(trials, [OBJECTIVE], budget=15)
+    assert chosen is not None and chosen.number == deployed.number
+    again = [*trials, slo(5, 24, 104.0, 0.30)]  # config 24's second run, still clear
+    chosen = incumbent(again, [OBJECTIVE])
+    assert chosen is not None and chosen.number == 2 and chosen.runs == 2
+    # Without a measured noise the best feasible mean is export's pick, and the one run again.
+    once = [t for t in trials if t.number != 3] + [slo(5, 40, 70.0, 0.3)]
+    chosen = target(once, [OBJECTIVE], budget=15)
+    assert chosen is not None and chosen.number == 1
