@@ -257,9 +257,11 @@ def test_vllms_client_agrees_with_ours_and_with_the_engine(client_rounds: Rounds
     both = client_rounds.both_calm()
     if len(both) < 3:
         pytest.skip(
-            f"vLLM's client stalled (TTFT over {STALLED}x the engine's) in "
-            f"{client_rounds.stalled('vllm-bench')}: the host is too busy to compare with it "
-            f"({client_rounds.shown('vllm-bench')})"
+            f"fewer than three rounds undisturbed for both clients (TTFT over {STALLED}x the "
+            f"engine's): vLLM's client stalled in {client_rounds.stalled('vllm-bench')} "
+            f"({client_rounds.shown('vllm-bench')}), ours in "
+            f"{client_rounds.stalled('autotune')} ({client_rounds.shown('autotune')}): the "
+            "host is too busy to compare them"
         )
     median = statistics.median
     ours, theirs = client_rounds.ratios["autotune"], client_rounds.ratios["vllm-bench"]
