@@ -60,16 +60,13 @@ def target(
     done = sum(1 for t in launched if t.role == keys.ROLE_REMEASURE)
     if done >= max(1, int(budget * SHARE)):
         return None
-    best = incumbent(records, objectives, relative)
-    if best is None:
-        return None
     anchors = [t.number for t in launched if t.role == keys.ROLE_REMEASURE]
     since = sum(1 for t in launched if t.number > max(anchors, default=-1))
-    if not anchors or since >= EVERY:
-        return best  # the first anchor, then one every EVERY launches
-    if len(launched) == budget - 1 and since >= 2:
-        return best  # the last slot: an anchor after the latest trials
-    return None
+    first_or_every = not anchors or since >= EVERY  # the first anchor, then one every EVERY
+    last_slot = len(launched) == budget - 1 and since >= 2  # an anchor after the latest trials
+    if not (first_or_every or last_slot):
+        return None  # no slot: export's pick (margins over every config) is not worked out
+    return incumbent(records, objectives, relative)
 
 
 def incumbent(
