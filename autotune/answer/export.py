@@ -15,6 +15,7 @@ import yaml
 
 from autotune.answer.repeats import Noise, compared
 from autotune.answer.selection import (
+    FALLBACK_Z,
     MARGIN_Z,
     SelectionError,
     closest,
@@ -110,9 +111,11 @@ def margin_text(chosen: TrialRecord, measured: dict[str, Noise], relative: list[
     sure = f"{_sure(clear)} sure, on {df} degree{'s' if df != 1 else ''} of freedom"
     if clear >= MARGIN_Z:
         return f"; its SLOs hold by {clear:.1f} sd of the noise measured ({sure})"
+    held = next((z for z in FALLBACK_Z if clear >= z), None)
+    surest = "" if held is None else f", the best of those held by {held:.1f} sd ({_sure(held)})"
     return (
         f"; within the noise measured of an SLO bound ({clear:.1f} sd, {sure}): no config "
-        f"held them by {MARGIN_Z:.1f} sd (90%), so it may miss one on another run"
+        f"held them by {MARGIN_Z:.1f} sd (90%){surest}, so it may miss one on another run"
     )
 
 

@@ -27,6 +27,10 @@ TIE = 0.02
 # as the normal sd of the same confidence (`normal_equivalent`): with 2 df a config must
 # measure 1.89 sd inside, not 1.28 (docs/metrics.md, "SLOs clear of the measured noise").
 MARGIN_Z = 1.2816
+# Where no feasible config holds MARGIN_Z, the pick is among those that hold the highest of
+# these any does (80%, 70% one-sided), then among all feasible: a config measured clear of
+# its bound at 80% misses it less often than one at 55%, and the header says which held.
+FALLBACK_Z = (0.8416, 0.5244)
 
 
 class SelectionError(Exception):
@@ -138,17 +142,32 @@ def slo_noise(records: Sequence[TrialRecord]) -> dict[str, Noise]:
 
 
 def clear_of_noise(
-    trials: Sequence[TrialRecord], noise: Mapping[str, Noise], relative: Collection[str] = ()
+    trials: Sequence[TrialRecord],
+    noise: Mapping[str, Noise],
+    relative: Collection[str] = (),
+    z: float = MARGIN_Z,
 ) -> list[TrialRecord] | None:
-    """The feasible trials that hold every SLO by `MARGIN_Z` sd of the mean of their runs (a
-    pick among them does not flip to a config that truly misses one); None where none does,
-    or where no feasible trial has an SLO whose noise was measured (nothing to hold a margin
+    """The feasible trials that hold every SLO by `z` sd of the mean of their runs (a pick
+    among them does not flip to a config that truly misses one); None where none does, or
+    where no feasible trial has an SLO whose noise was measured (nothing to hold a margin
     against)."""
     margins = [(t, margin(t, noise, relative)) for t in trials if t.feasible]
     if not any(m < math.inf for _, m in margins):
         return None
-    held = [t for t, m in margins if m >= MARGIN_Z]
+    held = [t for t, m in margins if m >= z]
     return held or None
+
+
+def surest(
+    trials: Sequence[TrialRecord], noise: Mapping[str, Noise], relative: Collection[str] = ()
+) -> list[TrialRecord] | None:
+    """The trials `clear_of_noise` holds at `MARGIN_Z`, else at the highest of `FALLBACK_Z`
+    that any holds; None where none holds even the lowest (a pick is then among all
+    feasible trials)."""
+    for z in (MARGIN_Z, *FALLBACK_Z):
+        if (held := clear_of_noise(trials, noise, relative, z)) is not None:
+            return held
+    return None
 
 
 def pick(
@@ -164,10 +183,11 @@ def pick(
     Rules compare conservative values: a metric made worse by its spread over the trial's
     repeated runs (the metric itself for a single run), so a lucky run does not win. With the
     study's measured `noise`, the front is that of the trials whose SLOs hold clear of it
-    (`clear_of_noise`; the `relative` SLOs bind all but the baseline), where any do."""
+    (`surest`: at 90%, else at the highest fallback any holds; the `relative` SLOs bind all
+    but the baseline), where any do."""
     if number is not None:
         return _by_number(trials, number)
-    pool = clear_of_noise(trials, noise or {}, relative) or trials
+    pool = surest(trials, noise or {}, relative) or trials
     return best_of(trials, pool, objectives, how)
 
 

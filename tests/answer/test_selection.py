@@ -23,6 +23,7 @@ from autotune.answer.selection import (
     normal_equivalent,
     pareto_front,
     pick,
+    surest,
 )
 from autotune.store import TrialRecord
 
@@ -204,6 +205,22 @@ def test_when_no_config_clears_the_noise_the_pick_is_the_feasible_best(trial: Ma
     assert margin(trial(5, 100), noise) == math.inf  # no SLO on it: nothing to hold
 
 
+def test_when_none_holds_90_percent_the_pick_is_the_best_of_the_surest(trial: Make) -> None:
+    # No config holds its TPOT bound by 1.28 sd of an sd of log 0.1 (90%): the best throughput
+    # is 0.3 sd inside (62%), trial 1 1.05 sd (85%), trial 2 0.62 sd (73%). The pick is the
+    # best of those that hold the highest fallback any holds (80%), not the best of all.
+    first = [("output_throughput", "maximize")]
+    noise = {"p99_tpot_ms": Noise(0.1, 1000)}
+    best = slo_trial(trial, 0, 1000, 0.97)
+    eighty = slo_trial(trial, 1, 800, 0.90)
+    seventy = slo_trial(trial, 2, 900, 0.94)
+    assert clear_of_noise([best, eighty, seventy], noise) is None
+    assert pick([best, eighty, seventy], first, noise=noise).number == 1
+    assert pick([best, seventy], first, noise=noise).number == 2  # 70%, the next step down
+    assert pick([best, slo_trial(trial, 3, 900, 0.96)], first, noise=noise).number == 0
+    assert surest([best, eighty, seventy], noise) == [eighty]
+
+
 def test_knee_is_the_balanced_point(trial: Make) -> None:
     # Two objectives: trial 1 buys a little throughput with a lot of latency, trial 2 the
     # reverse; trial 0 is nearly best on both and is the obvious knee.
@@ -291,7 +308,12 @@ def test_the_export_header_says_how_sure_its_margin_is(trial: Make) -> None:
     near = slo_trial(trial, 0, 1000, 0.92)  # 2.1 estimated sd inside, on 1 df: 1.1 normal sd
     text = margin_text(near, noise, [])
     assert "(1.1 sd, 86% sure, on 1 degree of freedom)" in text, text
-    assert "no config held them by 1.3 sd (90%), so it may miss one on another run" in text
+    assert (
+        "no config held them by 1.3 sd (90%), the best of those held by 0.8 sd (80%), so it "
+        "may miss one on another run"
+    ) in text
+    lower = margin_text(slo_trial(trial, 2, 900, 0.99), noise, [])  # 0.1 sd: held by none
+    assert "no config held them by 1.3 sd (90%), so it may miss one on another run" in lower
     far = slo_trial(trial, 1, 900, 0.5)
     assert margin_text(far, {"p99_tpot_ms": Noise(0.04, 30)}, []).startswith(
         "; its SLOs hold by 8.4 sd of the noise measured (>99.9% sure, on 30 degrees of freedom)"
