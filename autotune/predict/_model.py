@@ -137,24 +137,34 @@ class KvCapacity:
     defaults: Mapping[str, Any] = field(default_factory=dict)  # the engine's, for unset options
 
     def tokens(self, args: Mapping[str, Any]) -> int:
-        tp = tp_of(args)
+        # Every figure in tokens of a 16-bit cache: an fp8 one holds twice as many per byte.
+        tp, dtype = tp_of(args), self._per_byte(args)
         if args.get(KV_BYTES) is not None:
             ratios = [
-                s.kv_tokens / tp_of(s.args) / float(s.args[KV_BYTES])
+                s.kv_tokens / self._per_byte(s.args) / tp_of(s.args) / float(s.args[KV_BYTES])
                 for s in self.samples
                 if s.args.get(KV_BYTES)
             ]
             if ratios:
-                return int(statistics.median(ratios) * float(args[KV_BYTES]) * tp)
+                return int(statistics.median(ratios) * float(args[KV_BYTES]) * tp * dtype)
         x = self._memory_row(args)
-        rows = [(self._memory_row(s.args), s.kv_tokens / tp_of(s.args)) for s in self.samples]
+        rows = [
+            (self._memory_row(s.args), s.kv_tokens / self._per_byte(s.args) / tp_of(s.args))
+            for s in self.samples
+        ]
         if len({tuple(r) for r, _ in rows}) >= 4:
             a = np.array([r for r, _ in rows])
             b = np.array([y for _, y in rows])
             coef, *_ = np.linalg.lstsq(a, b, rcond=None)
-            return max(0, int(float(np.dot(coef, x)) * tp))
+            return max(0, int(float(np.dot(coef, x)) * tp * dtype))
         nearest = min(rows, key=lambda row: float(np.sum(np.abs(np.array(row[0]) - x))))
-        return int(nearest[1] * tp)
+        return int(nearest[1] * tp * dtype)
+
+    def _per_byte(self, args: Mapping[str, Any]) -> float:
+        """Tokens per byte of `args`' KV cache against a 16-bit one: 2 for an fp8 cache
+        (`kv_cache_dtype` fp8, fp8_e4m3, fp8_e5m2), else 1 (`auto`: the model's dtype)."""
+        dtype = args.get("kv_cache_dtype") or self.defaults.get("kv_cache_dtype") or "auto"
+        return 2.0 if str(dtype).startswith("fp8") else 1.0
 
     def _memory_row(self, args: Mapping[str, Any]) -> list[float]:
         """The memory options of `args` (an unset one: the engine's default), scaled."""

@@ -144,3 +144,26 @@ def test_capacity_without_a_kv_size_follows_the_memory_options() -> None:
     ]
     got = KvCapacity(implicit, engine).tokens({"gpu_memory_utilization": 0.88})
     assert got == pytest.approx(1e6 * 0.88 - 20 * 2048 - 1e5, rel=1e-3)
+
+
+def test_an_fp8_cache_holds_twice_the_tokens_of_a_16_bit_one_in_the_same_memory() -> None:
+    # The trials ran a bf16 cache (and one fp8, which held twice the tokens of its memory);
+    # an fp8 config of the same memory holds twice what the line in the options gives.
+    def s(util: float, tokens: int, dtype: str = "auto") -> Sample:
+        per_byte = 2 if dtype == "fp8" else 1
+        kv = per_byte * int(1e6 * util - 20 * tokens - 1e5)
+        options = {"gpu_memory_utilization": util, "max_num_batched_tokens": tokens}
+        return Sample({**options, "kv_cache_dtype": dtype}, kv, ())
+
+    line = [s(0.8, 2048), s(0.9, 2048), s(0.9, 8192, "fp8"), s(0.85, 4096), s(0.95, 1024)]
+    options = {"gpu_memory_utilization": 0.88, "max_num_batched_tokens": 6000}
+    bf16 = KvCapacity(line).tokens(options)
+    assert bf16 == pytest.approx(1e6 * 0.88 - 20 * 6000 - 1e5, rel=1e-3)
+    fp8 = KvCapacity(line).tokens({**options, "kv_cache_dtype": "fp8_e4m3"})
+    assert fp8 == pytest.approx(2 * bf16, rel=1e-3)
+    sized = [Sample({"kv_cache_memory_bytes": 2**30, "kv_cache_dtype": d}, n, ()) for d, n in
+             (("auto", 8192), ("fp8", 16384))]  # fmt: skip
+    assert KvCapacity(sized).tokens({"kv_cache_memory_bytes": 2**29}) == 4096
+    assert (
+        KvCapacity(sized).tokens({"kv_cache_memory_bytes": 2**29, "kv_cache_dtype": "fp8"}) == 8192
+    )
