@@ -151,11 +151,7 @@ def clear_of_noise(
     among them does not flip to a config that truly misses one); None where none does, or
     where no feasible trial has an SLO whose noise was measured (nothing to hold a margin
     against)."""
-    margins = [(t, margin(t, noise, relative)) for t in trials if t.feasible]
-    if not any(m < math.inf for _, m in margins):
-        return None
-    held = [t for t, m in margins if m >= z]
-    return held or None
+    return _held(_margins(trials, noise, relative), (z,))
 
 
 def surest(
@@ -164,8 +160,25 @@ def surest(
     """The trials `clear_of_noise` holds at `MARGIN_Z`, else at the highest of `FALLBACK_Z`
     that any holds; None where none holds even the lowest (a pick is then among all
     feasible trials)."""
-    for z in (MARGIN_Z, *FALLBACK_Z):
-        if (held := clear_of_noise(trials, noise, relative, z)) is not None:
+    return _held(_margins(trials, noise, relative), (MARGIN_Z, *FALLBACK_Z))
+
+
+def _margins(
+    trials: Sequence[TrialRecord], noise: Mapping[str, Noise], relative: Collection[str]
+) -> list[tuple[TrialRecord, float]]:
+    """Each feasible trial with its margin (`margin`), worked out once for every step."""
+    return [(t, margin(t, noise, relative)) for t in trials if t.feasible]
+
+
+def _held(
+    margins: Sequence[tuple[TrialRecord, float]], steps: Sequence[float]
+) -> list[TrialRecord] | None:
+    """The trials at the first of `steps` that any holds; None where none does, or where no
+    margin was measured at all."""
+    if not any(m < math.inf for _, m in margins):
+        return None
+    for z in steps:
+        if held := [t for t, m in margins if m >= z]:
             return held
     return None
 

@@ -58,6 +58,7 @@ from autotune.engine._offline import (
 )
 from autotune.engine._options import (
     cli_flag,
+    fp8_kv_cache,
     installed_vllm_options,
     is_known_option,
     known_options,
@@ -143,6 +144,7 @@ __all__ = [
     "failure_headline",
     "failure_signature",
     "fatal_failure",
+    "fp8_kv_cache",
     "free_port",
     "from_yaml_dict",
     "group_members",

@@ -167,3 +167,9 @@ def installed_vllm_options(site: Path | None = None) -> frozenset[str] | None:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
     }
     return frozenset(fields | SERVER_OPTIONS) if fields else None
+
+
+def fp8_kv_cache(value: object) -> bool:
+    """Whether a `kv_cache_dtype` value is an FP8 cache (`fp8`, `fp8_e4m3`, `fp8_e5m2`): one
+    byte a value, half what a 16-bit cache (`auto` on a 16-bit model) takes."""
+    return isinstance(value, str) and value.startswith("fp8")

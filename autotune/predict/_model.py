@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from autotune.bench import LoadProfile, RequestRecord, Summary, summarize
-from autotune.engine import logical_option
+from autotune.engine import fp8_kv_cache, logical_option
 from autotune.predict._fit import LinearTimer, Observed, fit, usable
 from autotune.predict._replay import Arrivals, fits_one_request, replay
 from autotune.predict._scheduler import SchedulerConfig
@@ -163,8 +163,8 @@ class KvCapacity:
     def _per_byte(self, args: Mapping[str, Any]) -> float:
         """Tokens per byte of `args`' KV cache against a 16-bit one: 2 for an fp8 cache
         (`kv_cache_dtype` fp8, fp8_e4m3, fp8_e5m2), else 1 (`auto`: the model's dtype)."""
-        dtype = args.get("kv_cache_dtype") or self.defaults.get("kv_cache_dtype") or "auto"
-        return 2.0 if str(dtype).startswith("fp8") else 1.0
+        dtype = args.get("kv_cache_dtype") or self.defaults.get("kv_cache_dtype")
+        return 2.0 if fp8_kv_cache(dtype) else 1.0
 
     def _memory_row(self, args: Mapping[str, Any]) -> list[float]:
         """The memory options of `args` (an unset one: the engine's default), scaled."""

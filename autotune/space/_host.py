@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.engine import ascend_option_problems
+from autotune.engine import ascend_option_problems, fp8_kv_cache
 from autotune.space._defaults import DefaultsDevice, batch_defaults, describe, world_size
 from autotune.space._errors import SpaceError
 from autotune.space._params import CategoricalParam, IntParam, format_value
@@ -66,10 +66,6 @@ class HostRule:
     problem: Callable[[HostFacts], str | None]
 
 
-def _fp8(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith("fp8")
-
-
 def _fp8_e4m3(value: Any) -> bool:
     return value in ("fp8", "fp8_e4m3")
 
@@ -91,7 +87,7 @@ def _below(need: tuple[int, int], what: str) -> Callable[[HostFacts], str | None
 
 
 HOST_RULES = (
-    HostRule(Platform.CPU, "kv_cache_dtype", _fp8, _no_avx512_or_amx),
+    HostRule(Platform.CPU, "kv_cache_dtype", fp8_kv_cache, _no_avx512_or_amx),
     HostRule(Platform.CUDA, "kv_cache_dtype", _fp8_e4m3, _below((8, 9), "an FP8 (E4M3) KV cache")),
     HostRule(
         Platform.CUDA, "quantization", lambda v: v == "fp8", _below((7, 5), "fp8 quantization")
