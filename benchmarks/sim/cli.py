@@ -214,10 +214,10 @@ def replay(
         try:
             chosen, _ = choose_export(ordered[: k + 1], facts)
             options = space.to_engine(chosen.params)[0]
-            score, misses = truth.score(options), truth.misses(options)
+            score, misses, past = truth.score(options), truth.misses(options), truth.past(options)
         except SelectionError:
-            score, misses = 0.0, False
-        steps.append(Step(device_s, score, misses))
+            score, misses, past = 0.0, False, 0.0
+        steps.append(Step(device_s, score, misses, past))
     return steps
 
 

@@ -10,7 +10,8 @@ over seeds of the launched trials and device seconds until the config `export` w
 first scores 95% / 98% of the optimum (a seed that never does counts as never: "-" when half
 the seeds or more did not get there), the median share of the optimum deployed after 5, 8 and
 15 trials and after the last, in how many seeds it reached 95% within 15 trials, and in how
-many seeds the config deployed after the last trial truly misses an SLO. Several profiles
+many seeds the config deployed after the last trial truly misses an SLO (of those, how many by
+more than 2% of the bound, and the largest miss). Several profiles
 (dedicated, shared, cpu-2core: `noise.PROFILES`) run one after another on each landscape's one
 optimum, each its own table (the report's key `NAME@PROFILE`).
 
@@ -43,6 +44,7 @@ from .tuning import METHODS, Step, reached, run_grid, run_method
 
 ALL_METHODS = (*METHODS, "grid")
 UNIFORM = "uniform"  # the old model, a stress test: a level within +-noise per run, a drift
+MISS_SHARE = 0.02  # a true SLO miss by more than this share of its bound is counted apart
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -134,6 +136,11 @@ def summarize(runs: list[list[Step]], best: float) -> dict[str, Any]:
         1 for steps in runs if (h := reached(steps, best, 0.95)) and h[0] <= 15
     )
     out["seeds_missing_slo"] = sum(1 for steps in runs if steps and steps[-1].misses)
+    # How far: a miss inside a dedicated host's run-to-run spread of p99 TPOT (CV about 1%,
+    # docs/benchmarks.md's profiles) is not one a run on the user's host could show.
+    past = [steps[-1].past for steps in runs if steps and steps[-1].misses]
+    out["seeds_missing_slo_past_2pct"] = sum(1 for p in past if p > MISS_SHARE)
+    out["worst_miss"] = max(past, default=0.0)
     out["seeds"] = len(runs)
     return out
 
@@ -220,14 +227,15 @@ def _print(table: dict[str, dict[str, Any]]) -> None:
     print(
         "| method | trials to 95% | trials to 98% | device-s to 95% | device-s to 98% "
         "| share at 5 | share at 8 | share at 15 | share at the end | seeds 95% within 15 "
-        "| seeds deploying an SLO miss |"
+        f"| seeds deploying an SLO miss | of them by more than {MISS_SHARE:.0%} | largest miss |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m, row in table.items():
         print(
             f"| {m} | {fmt(row['trials_to_95'])} | {fmt(row['trials_to_98'])} "
             f"| {fmt(row['device_s_to_95'], ',.0f')} | {fmt(row['device_s_to_98'], ',.0f')} "
             f"| {row['share_at_5']:.1%} | {row['share_at_8']:.1%} | {row['share_at_15']:.1%} "
             f"| {row['share_at_end']:.1%} | {row['seeds_95_within_15']}/{row['seeds']} "
-            f"| {row['seeds_missing_slo']}/{row['seeds']} |"
+            f"| {row['seeds_missing_slo']}/{row['seeds']} "
+            f"| {row['seeds_missing_slo_past_2pct']}/{row['seeds']} | {row['worst_miss']:.1%} |"
         )

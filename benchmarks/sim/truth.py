@@ -7,6 +7,7 @@ landscape's metric where it starts and every SLO holds on its summary (p99s), el
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,15 @@ class Truth:
         would break a promise, where one that fails to start breaks nothing silently."""
         result = self.result(options)
         return result.ok and not result.meets(self.landscape.slos)
+
+    def past(self, options: dict[str, Any]) -> float:
+        """How far past its bound the config's worst-missed SLO is, as a share of the bound
+        (0.05: 5% over); 0 where it misses none or does not start."""
+        result = self.result(options)
+        if not result.ok:
+            return 0.0
+        over = [getattr(result, k, math.inf) / v - 1 for k, v in self.landscape.slos.items()]
+        return max([0.0, *over])
 
     def score(self, options: dict[str, Any]) -> float:
         """The landscape's metric where every SLO holds on the summary (p99s), else 0."""

@@ -138,11 +138,12 @@ def measured_summary(landscape: Landscape, result: SimResult) -> Summary:
 @dataclass(frozen=True)
 class Step:
     """One launched trial: device seconds so far, and the truth of what export would deploy
-    (its score, and whether it truly misses an SLO)."""
+    (its score, whether it truly misses an SLO, and by how much: `Truth.past`)."""
 
     device_s: float
     truth: float
     misses: bool = False
+    past: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -278,17 +279,17 @@ def run_method(
 
 def _deployed(
     store: StudyStore, spec: TuneSpec, space: SearchSpace, truth: Truth, pooled: bool = False
-) -> tuple[float, bool]:
-    """The truth of what export would deploy now: its score and whether it misses an SLO
-    (nothing deployed: 0, no miss)."""
+) -> tuple[float, bool, float]:
+    """The truth of what export would deploy now: its score, whether it misses an SLO and by
+    how much (nothing deployed: 0, no miss)."""
     records = store.trials(spec.study)
     try:
         facts = store.study_facts(spec.study)
         chosen, _ = (choose_pooled_export if pooled else choose_export)(records, facts)
     except SelectionError:
-        return 0.0, False
+        return 0.0, False, 0.0
     options, _env = space.to_engine(chosen.params)
-    return truth.score(options), truth.misses(options)
+    return truth.score(options), truth.misses(options), truth.past(options)
 
 
 def grid_points(space: SearchSpace, landscape: Landscape) -> list[dict[str, Any]]:
@@ -320,7 +321,7 @@ def run_grid(
     """The grid in its order; the deployed config is the best measured feasible one so far."""
     space = load_space(landscape.space)
     measure = SimMeasure(truth, noise=noise, drift=drift, seed=1, profile=profile)
-    best_measured, best_truth, best_misses, steps = -1.0, 0.0, False, []
+    best_measured, best_truth, best_misses, best_past, steps = -1.0, 0.0, False, 0.0, []
     for k, params in enumerate(grid_points(space, landscape)):
         options, _ = space.to_engine(params)
         config = EngineConfig(model="m", args=options)
@@ -331,8 +332,8 @@ def run_grid(
             value = m.summary.metric(landscape.metric)
         if value > best_measured:
             best_measured, best_truth = value, truth.score(options)
-            best_misses = truth.misses(options)
-        steps.append(Step(measure.clock_s, best_truth, best_misses))
+            best_misses, best_past = truth.misses(options), truth.past(options)
+        steps.append(Step(measure.clock_s, best_truth, best_misses, best_past))
     return steps
 
 

@@ -105,6 +105,21 @@ def test_a_seed_deploying_an_slo_miss_is_counted_by_its_last_choice() -> None:
     nothing = [Step(10, 0)]  # nothing deployed, or a config that does not start: no miss
     table = summarize([missed, recovered, nothing], 100)
     assert (table["seeds_missing_slo"], table["seeds"]) == (1, 3)
+    near = [Step(10, 0, misses=True, past=0.008)]  # 0.8% over its bound
+    far = [Step(10, 0, misses=True, past=0.05)]
+    table = summarize([missed, near, far, nothing], 100)
+    assert (table["seeds_missing_slo"], table["seeds_missing_slo_past_2pct"]) == (3, 1)
+    assert table["worst_miss"] == 0.05
+
+
+def test_the_truth_says_how_far_past_its_bound_a_config_is() -> None:
+    land = LANDSCAPES["qwen14b-910b-slo"]
+    truth = Truth(land)
+    options = load_space(land.space).to_engine(load_space(land.space).baseline_params())[0]
+    result = truth.result(options)
+    worst = max(getattr(result, k) / v - 1 for k, v in land.slos.items())
+    assert truth.past(options) == pytest.approx(max(0.0, worst))
+    assert (truth.past(options) > 0) == truth.misses(options)
 
 
 def test_the_truth_tells_an_slo_miss_from_a_failed_start() -> None:
