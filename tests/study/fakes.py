@@ -109,12 +109,17 @@ parameters:
 
 
 class DeviceWatch:
-    """A measure that takes `hold_s` and checks that no device is used by two trials at once."""
+    """A measure that takes `hold_s` and checks that no device is used by two trials at once.
+    With `together` > 1, a trial also waits (up to `TOGETHER_S`) until that many have run at
+    once: lanes that can overlap are seen to, however slow the host between trials."""
 
-    def __init__(self, inner: FakeMeasure, hold_s: float = 0.3) -> None:
+    TOGETHER_S = 30.0
+
+    def __init__(self, inner: FakeMeasure, hold_s: float = 0.3, together: int = 1) -> None:
         self.inner = inner
         self.hold_s = hold_s
-        self.lock = threading.Lock()
+        self.together = together
+        self.lock = threading.Condition()
         self.busy: set[str] = set()
         self.overlaps: list[str] = []
         self.most_at_once = 0
@@ -129,6 +134,8 @@ class DeviceWatch:
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
             self.devices.append(mine)
+            self.lock.notify_all()
+            self.lock.wait_for(lambda: self.most_at_once >= self.together, self.TOGETHER_S)
         time.sleep(self.hold_s)
         with self.lock:
             self.busy -= set(mine)

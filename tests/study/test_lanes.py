@@ -31,7 +31,7 @@ def test_two_lanes_run_the_exact_budget_on_disjoint_devices(
 ) -> None:
     space = tp_space(tmp_path)
     spec = make_spec(trials=8, space=str(tmp_path / "tp.yaml"))
-    watch = DeviceWatch(measure)
+    watch = DeviceWatch(measure, together=2)
     pool = DevicePool([0, 1, 2], platform="cuda")
     store = StudyStore(spec.storage_url)
     result = StudyRunner(
@@ -221,7 +221,7 @@ def test_the_estimate_reads_each_lanes_own_device_not_device_0(
     (tmp_path / "one.yaml").write_text(ONE_GPU_SPACE)
     space = load_space(tmp_path / "one.yaml")
     spec = make_spec(trials=6, space=str(tmp_path / "one.yaml"))
-    watch = DeviceWatch(measure, hold_s=0.3)
+    watch = DeviceWatch(measure, hold_s=0.3, together=2)
     total = 80 * 2**30
 
     def memory(ids: list[int] | None) -> DeviceMemory:
